@@ -1,0 +1,504 @@
+"""Score sentence embeddings the way the TSDAE and ConSERT papers do.
+
+STS (ConSERT's table, SentEval data): Spearman x 100 between gold scores and the
+cosine similarity of the two sentence embeddings, on STS12-16, the STS benchmark
+and SICK-R; "avg7" is the unweighted mean of those seven.
+Ranking (TSDAE's table, the USEB protocol): AskUbuntu MAP (plus P@1, P@5, MRR)
+after re-ranking 20 BM25 candidates by cosine; TwitterPara average precision.
+Also a generic re-ranking file format so you can score your own data.
+
+    python evaluate.py --tasks all --json scores.json      # default model: all-MiniLM-L6-v2
+    python evaluate.py --model out/tsdae --tasks stsb,sickr
+
+From Python (e.g. between training steps), any object with
+`encode(sentences, batch_size=..., show_progress=...) -> (N, d) tensor` works:
+
+    from evaluate import evaluate, stsb_dev_spearman
+    scores = evaluate(encoder, ["sts12", "stsb"], data_dir)   # {"sts12": 60.1, ..., "details": {...}}
+    dev = stsb_dev_spearman(encoder)                           # one float, Spearman x 100
+
+Data layout and pitfalls: ../shared/data/README.md. Protocol notes:
+../shared/papers/reference-details.md.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy.stats import spearmanr
+
+HERE = Path(__file__).resolve().parent
+
+# ---------------------------------------------------------------------------
+# Where the data lives and what it is
+# ---------------------------------------------------------------------------
+
+# Named in the error when a file is missing: which public data set, and where it comes from.
+SOURCES = {
+    "stsbenchmark": "the STS benchmark (Cer et al. 2017, SemEval-2017 Task 1): the official "
+    "Stsbenchmark.tar.gz; senteval/ holds the tokenized copy that SentEval's get_transfer_data.bash makes",
+    "sick": "SICK (Marelli et al. 2014): the SemEval-2014 Task 1 release of SICK-R",
+    "sts12": "STS12 (SemEval-2012 Task 6) in SentEval's layout (data/downstream/STS/STS12-en-test)",
+    "sts13": "STS13 (*SEM 2013 shared task) in SentEval's layout (data/downstream/STS/STS13-en-test)",
+    "sts14": "STS14 (SemEval-2014 Task 10) in SentEval's layout (data/downstream/STS/STS14-en-test)",
+    "sts15": "STS15 (SemEval-2015 Task 2) in SentEval's layout (data/downstream/STS/STS15-en-test)",
+    "sts16": "STS16 (SemEval-2016 Task 1) in SentEval's layout (data/downstream/STS/STS16-en-test)",
+    "twitterpara": "TwitterPara as USEB uses it: the Twitter URL corpus test set (Lan et al. 2017, "
+    "github.com/lanwuwei/Twitter-URL-Corpus) and the PIT-2015 test set (Xu et al. 2015, "
+    "github.com/cocoxu/SemEval-PIT2015)",
+    "askubuntu": "AskUbuntu (Lei et al. 2016, github.com/taolei87/askubuntu): text_tokenized.txt.gz, dev.txt, test.txt",
+}
+
+# The SentEval subsets of each STS year (STS13's SMT is LDC-licensed and never redistributed).
+STS_SUBSETS = {
+    "sts12": ["MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"],
+    "sts13": ["FNWN", "headlines", "OnWN"],
+    "sts14": ["deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"],
+    "sts15": ["answers-forums", "answers-students", "belief", "headlines", "images"],
+    "sts16": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
+}
+
+# Files each task reads, relative to the data dir.
+TASK_FILES = {
+    "stsb": ["stsbenchmark/sts-test.csv", "stsbenchmark/sts-dev.csv",
+             "stsbenchmark/senteval/sts-test.csv", "stsbenchmark/senteval/sts-dev.csv"],
+    "stsb-dev": ["stsbenchmark/sts-dev.csv", "stsbenchmark/senteval/sts-dev.csv"],
+    "sickr": ["sick/SICK_test_annotated.txt"],
+    **{year: [f"{year}/STS.{kind}.{subset}.txt" for subset in subsets for kind in ("input", "gs")]
+       for year, subsets in STS_SUBSETS.items()},
+    "twitterpara": ["twitterpara/Twitter_URL_Corpus_test.txt", "twitterpara/test.data"],
+    "askubuntu": ["askubuntu/text_tokenized.txt.gz", "askubuntu/dev.txt", "askubuntu/test.txt"],
+}
+
+# `--tasks all`, in table order: ConSERT's seven STS columns, then TSDAE's ranking tasks.
+ALL_TASKS = ["sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr", "twitterpara", "askubuntu"]
+AVG7_TASKS = ALL_TASKS[:7]
+
+
+class DataMissingError(SystemExit):
+    """A data file is not there. A SystemExit: uncaught, Python prints the one-line message, no traceback."""
+
+
+def default_data_dir() -> Path:
+    """$EVAL_DATA_DIR, else ../shared/data next to this file."""
+    return Path(os.environ.get("EVAL_DATA_DIR") or HERE.parent / "shared" / "data")
+
+
+def missing_file(task: str, data_dir: Path) -> str | None:
+    """A one-line message naming the first file `task` needs that is absent, or None if all are there."""
+    if task.startswith("rerank:"):
+        path = Path(task.removeprefix("rerank:"))
+        return None if path.is_file() else f"missing re-ranking file {path} (your own jsonl, see evaluate.py)"
+    for rel in TASK_FILES[task]:
+        if not (data_dir / rel).is_file():
+            return f"missing data file {data_dir / rel}: it belongs to {SOURCES[rel.split('/')[0]]}"
+    return None
+
+
+def read_lines(path: Path) -> list[str]:
+    """Lines without their line ending (splits on newlines only, unlike str.splitlines)."""
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
+# ---------------------------------------------------------------------------
+# Embedding and the metrics
+# ---------------------------------------------------------------------------
+
+def encode_unique(encoder, sentences: Sequence[str], batch_size: int = 64, show_progress: bool = False) -> torch.Tensor:
+    """Unit-length embeddings, one row per input sentence; each distinct sentence is encoded once."""
+    unique = list(dict.fromkeys(sentences))
+    emb = torch.as_tensor(encoder.encode(unique, batch_size=batch_size, show_progress=show_progress))
+    emb = F.normalize(emb.float(), dim=-1)  # then cosine similarity = dot product
+    row = {s: i for i, s in enumerate(unique)}
+    return emb[[row[s] for s in sentences]]
+
+
+def pair_cosines(encoder, pairs: Sequence[tuple], batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
+    """Cosine similarity of (sentence1, sentence2, ...) pairs."""
+    n = len(pairs)
+    emb = encode_unique(encoder, [p[0] for p in pairs] + [p[1] for p in pairs], batch_size, show_progress)
+    return (emb[:n] * emb[n:]).sum(-1).numpy()
+
+
+def spearman100(gold: Sequence[float], predicted: Sequence[float]) -> float:
+    """Spearman's rank correlation x 100 (the number the papers report)."""
+    return 100 * float(spearmanr(gold, predicted).correlation)
+
+
+def average_precision(labels: Sequence[int], scores: Sequence[float]) -> float:
+    """AP of `scores` for 0/1 `labels`, as scikit-learn's average_precision_score computes it (USEB
+    calls that for TwitterPara): walk down the scores; at each distinct score value take the whole
+    group of tied pairs at once, and add (share of all positives in the group) x (precision so far)."""
+    labels, scores = np.asarray(labels, dtype=np.float64), np.asarray(scores, dtype=np.float64)
+    order = np.argsort(-scores, kind="stable")
+    labels, scores = labels[order], scores[order]
+    true_pos = np.cumsum(labels)
+    ranked = np.arange(1, len(labels) + 1)
+    group_end = np.append(scores[1:] != scores[:-1], True)  # last pair of each run of equal scores
+    true_pos, ranked = true_pos[group_end], ranked[group_end]
+    new_pos = np.diff(true_pos, prepend=0)
+    return float(np.sum(new_pos * true_pos / ranked) / true_pos[-1])
+
+
+def query_metrics(relevant: Sequence[bool]) -> dict[str, float]:
+    """AP, P@1, P@5 and reciprocal rank of one ranked candidate list (True = a gold positive).
+    AP = mean over the positives of the precision at that positive's rank (USEB's ap_score)."""
+    hits, precisions = 0, []
+    for rank, is_pos in enumerate(relevant, start=1):
+        if is_pos:
+            hits += 1
+            precisions.append(hits / rank)
+    return {
+        "map": sum(precisions) / len(precisions),
+        "p@1": sum(relevant[:1]) / 1,
+        "p@5": sum(relevant[:5]) / 5,
+        "mrr": 1 / (list(relevant).index(True) + 1),
+    }
+
+
+def rerank(candidates: Sequence[str], scores: Sequence[float]) -> list[str]:
+    """Candidates by descending score. Python's sort is stable: tied candidates keep their incoming
+    order (for AskUbuntu the BM25 order, as USEB does)."""
+    order = sorted(range(len(candidates)), key=lambda i: -scores[i])
+    return [candidates[i] for i in order]
+
+
+def mean_metrics(per_query: list[dict[str, float]]) -> dict[str, float]:
+    """Mean of each metric over the queries, x 100."""
+    return {name: 100 * float(np.mean([q[name] for q in per_query])) for name in ("map", "p@1", "p@5", "mrr")}
+
+
+# ---------------------------------------------------------------------------
+# Loaders: each returns plain lists of (sentence1, sentence2, gold)
+# ---------------------------------------------------------------------------
+
+def load_stsb(path: Path) -> list[tuple[str, str, float]]:
+    """STS benchmark csv: genre, file, year, id, score, sentence1, sentence2 [, 2 licence columns].
+    QUOTE_NONE: sentences hold unbalanced '"', default csv quoting would swallow rows."""
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    bad = [i for i, row in enumerate(rows, 1) if len(row) not in (7, 9)]
+    if bad:
+        raise ValueError(f"{path}: line {bad[0]} has not 7 or 9 tab-separated fields")
+    return [(row[5], row[6], float(row[4])) for row in rows]
+
+
+def load_sick(path: Path) -> list[tuple[str, str, float]]:
+    """SICK split file (header line; pair_ID, sentence_A, sentence_B, relatedness_score, judgment)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return [(row[1], row[2], float(row[3])) for row in rows[1:]]
+
+
+def load_sts_year(folder: Path, subsets: Sequence[str]) -> dict[str, list[tuple[str, str, float]]]:
+    """SentEval layout: STS.input.<subset>.txt (sentence1 TAB sentence2 [TAB ...]) and STS.gs.<subset>.txt
+    (one score a line). A blank gold line means the pair was never scored: skip it, as SentEval does."""
+    data = {}
+    for subset in subsets:
+        inputs = read_lines(folder / f"STS.input.{subset}.txt")
+        gold = read_lines(folder / f"STS.gs.{subset}.txt")
+        if len(inputs) != len(gold):
+            raise ValueError(f"{folder}: {subset} has {len(inputs)} input lines but {len(gold)} gold lines")
+        pairs = []
+        for line, score in zip(inputs, gold):
+            if score.strip():
+                s1, s2 = line.split("\t")[:2]
+                pairs.append((s1, s2, float(score)))
+        data[subset] = pairs
+    return data
+
+
+def load_twitter_url(path: Path) -> list[tuple[str, str, int]]:
+    """Twitter URL corpus test set: sentence1 TAB sentence2 TAB (n,6) TAB url, n of 6 annotators said
+    paraphrase. USEB's rule: n > 3 -> paraphrase (1), n < 3 -> not (0), n = 3 undecided -> dropped."""
+    pairs = []
+    for line in read_lines(path):
+        if not line.strip():  # the file has 250 blank lines
+            continue
+        s1, s2, votes = line.split("\t")[:3]
+        n = int(votes.strip("()").split(",")[0])
+        if n != 3:
+            pairs.append((s1, s2, int(n > 3)))
+    return pairs
+
+
+def load_pit2015(path: Path) -> list[tuple[str, str, int]]:
+    """PIT-2015 test.data: topic id, topic, sentence1, sentence2, expert score 0-5, two tag columns.
+    USEB's rule on the expert score: 4-5 -> paraphrase (1), 0-2 -> not (0), 3 (debatable) -> dropped.
+    This is the same split as the official test.label (true / false / ----)."""
+    pairs = []
+    for line in read_lines(path):
+        fields = line.split("\t")
+        expert = int(fields[4])
+        if expert != 3:
+            pairs.append((fields[2], fields[3], int(expert > 3)))
+    return pairs
+
+
+def load_askubuntu_titles(path: Path) -> dict[str, str]:
+    """text_tokenized.txt.gz of the AskUbuntu release: question id TAB title TAB body, gzip-compressed."""
+    titles = {}
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            titles[fields[0].strip()] = fields[1].strip()
+    return titles
+
+
+def load_askubuntu_queries(path: Path) -> list[tuple[str, set[str], list[str]]]:
+    """dev.txt / test.txt: query id, similar ids, candidate ids, BM25 scores (tab-separated, ids
+    space-separated). Returns (query, positives, candidates in BM25 order) for the queries that have at
+    least one similar question; the others do not count in USEB's (or anyone's) MAP."""
+    queries = []
+    for line in read_lines(path):
+        qid, similar, candidates, bm25 = line.split("\t")
+        candidates = candidates.split()
+        bm25_order = rerank(candidates, [float(s) for s in bm25.split()])  # the files are already so
+        if similar.split():
+            queries.append((qid, set(similar.split()), bm25_order))
+    return queries
+
+
+def load_rerank_jsonl(path: Path) -> list[tuple[str, list[str], list[str]]]:
+    """Generic re-ranking file: one JSON object a line, {"query": str, "positive": [str], "negative": [str]}."""
+    queries = []
+    for number, line in enumerate(read_lines(path), 1):
+        if line.strip():
+            item = json.loads(line)
+            if not isinstance(item.get("query"), str) or not isinstance(item.get("positive"), list) \
+                    or not isinstance(item.get("negative"), list):
+                raise ValueError(f"{path}:{number}: want keys query (str), positive (list), negative (list)")
+            queries.append((item["query"], item["positive"], item["negative"]))
+    return queries
+
+
+# ---------------------------------------------------------------------------
+# Tasks: each returns (main score, details); all numbers x 100
+# ---------------------------------------------------------------------------
+
+def sts_group_scores(encoder, groups: dict[str, list], batch_size: int, show_progress: bool) -> tuple[dict, float]:
+    """Spearman of each group of pairs, and over all groups concatenated; one encoding pass for all."""
+    pairs = [p for group in groups.values() for p in group]
+    cosines = pair_cosines(encoder, pairs, batch_size, show_progress)
+    gold = np.array([p[2] for p in pairs])
+    scores, start = {}, 0
+    for name, group in groups.items():
+        end = start + len(group)
+        scores[name] = spearman100(gold[start:end], cosines[start:end])
+        start = end
+    return scores, spearman100(gold, cosines)
+
+
+def task_sts_year(year: str):
+    def run(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
+        groups = load_sts_year(data_dir / year, STS_SUBSETS[year])
+        per_subset, concatenated = sts_group_scores(encoder, groups, batch_size, show_progress)
+        # ConSERT's "all": one Spearman over every subset's pairs concatenated (not a mean of subsets).
+        details = {**per_subset, "pairs": sum(len(g) for g in groups.values())}
+        return concatenated, details
+    return run
+
+
+def task_stsb(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
+    folder = data_dir / "stsbenchmark"
+    groups = {"test": load_stsb(folder / "sts-test.csv"), "dev": load_stsb(folder / "sts-dev.csv"),
+              "senteval/test": load_stsb(folder / "senteval" / "sts-test.csv"),
+              "senteval/dev": load_stsb(folder / "senteval" / "sts-dev.csv")}
+    scores, _ = sts_group_scores(encoder, groups, batch_size, show_progress)
+    return scores["test"], scores
+
+
+def task_stsb_dev(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
+    folder = data_dir / "stsbenchmark"
+    groups = {"dev": load_stsb(folder / "sts-dev.csv"), "senteval/dev": load_stsb(folder / "senteval" / "sts-dev.csv")}
+    scores, _ = sts_group_scores(encoder, groups, batch_size, show_progress)
+    return scores["dev"], scores
+
+
+def task_sickr(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
+    pairs = load_sick(data_dir / "sick" / "SICK_test_annotated.txt")
+    score = spearman100([p[2] for p in pairs], pair_cosines(encoder, pairs, batch_size, show_progress))
+    return score, {"pairs": len(pairs)}
+
+
+def task_twitterpara(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
+    url = load_twitter_url(data_dir / "twitterpara" / "Twitter_URL_Corpus_test.txt")
+    pit = load_pit2015(data_dir / "twitterpara" / "test.data")
+    cosines = pair_cosines(encoder, url + pit, batch_size, show_progress)
+    # USEB: average precision of the cosine over each test set's pairs; main score = mean of the two.
+    url_ap = 100 * average_precision([p[2] for p in url], cosines[: len(url)])
+    pit_ap = 100 * average_precision([p[2] for p in pit], cosines[len(url):])
+    details = {"url_ap": url_ap, "pit_ap": pit_ap, "url_pairs": len(url), "pit_pairs": len(pit)}
+    return (url_ap + pit_ap) / 2, details
+
+
+def askubuntu_scores(encoder, folder: Path, splits: Sequence[str] = ("test", "dev"), batch_size: int = 64,
+                     show_progress: bool = False) -> dict[str, dict[str, float]]:
+    """MAP, P@1, P@5, MRR of each split in an AskUbuntu release folder (USEB protocol): embed the TITLES
+    of the query and its 20 BM25 candidates, re-rank by cosine (ties keep BM25 order), score the list."""
+    titles = load_askubuntu_titles(folder / "text_tokenized.txt.gz")
+    queries = {split: load_askubuntu_queries(folder / f"{split}.txt") for split in splits}
+    ids = list(dict.fromkeys(i for qs in queries.values() for q, _, cands in qs for i in [q, *cands]))
+    emb = encode_unique(encoder, [titles[i] for i in ids], batch_size, show_progress)
+    row = {qid: n for n, qid in enumerate(ids)}
+    results = {}
+    for split, split_queries in queries.items():
+        per_query = []
+        for qid, positives, candidates in split_queries:
+            scores = (emb[[row[c] for c in candidates]] @ emb[row[qid]]).tolist()
+            ranked = rerank(candidates, scores)
+            per_query.append(query_metrics([c in positives for c in ranked]))
+        results[split] = {**mean_metrics(per_query), "queries": len(per_query)}
+    return results
+
+
+def task_askubuntu(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
+    results = askubuntu_scores(encoder, data_dir / "askubuntu", ("test", "dev"), batch_size, show_progress)
+    details = {**results["test"], **{f"dev/{name}": value for name, value in results["dev"].items()}}
+    return results["test"]["map"], details
+
+
+def rerank_scores(encoder, path: Path, batch_size: int = 64, show_progress: bool = False) -> dict[str, float]:
+    """MAP, P@1, P@5, MRR of a generic re-ranking jsonl file (queries without positives are skipped).
+    Candidates are listed negatives first, so an exact score tie never favours a positive: a collapsed
+    encoder that gives every text the same vector gets the worst possible ranking, not the best."""
+    queries = [q for q in load_rerank_jsonl(path) if q[1]]
+    texts = [t for query, pos, neg in queries for t in [query, *pos, *neg]]
+    emb = encode_unique(encoder, texts, batch_size, show_progress)
+    per_query, start = [], 0
+    for query, positives, negatives in queries:
+        candidates = list(range(start + 1 + len(positives), start + 1 + len(positives) + len(negatives))) + \
+            list(range(start + 1, start + 1 + len(positives)))  # rows in `emb`: negatives, then positives
+        scores = (emb[candidates] @ emb[start]).tolist()
+        ranked = rerank(candidates, scores)
+        per_query.append(query_metrics([c < start + 1 + len(positives) for c in ranked]))
+        start += 1 + len(positives) + len(negatives)
+    return {**mean_metrics(per_query), "queries": len(per_query)}
+
+
+def task_rerank(path: Path):
+    def run(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
+        details = rerank_scores(encoder, path, batch_size, show_progress)
+        return details["map"], details
+    return run
+
+
+TASKS = {
+    **{year: task_sts_year(year) for year in STS_SUBSETS},
+    "stsb": task_stsb,
+    "stsb-dev": task_stsb_dev,
+    "sickr": task_sickr,
+    "twitterpara": task_twitterpara,
+    "askubuntu": task_askubuntu,
+}
+
+
+# ---------------------------------------------------------------------------
+# The entry points
+# ---------------------------------------------------------------------------
+
+def parse_tasks(tasks: str | Sequence[str]) -> list[str]:
+    """'stsb,sickr' or ['stsb', 'sickr'] -> list of names; raises ValueError on an unknown one."""
+    names = [t.strip() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
+    for name in names:
+        if name != "all" and name not in TASKS and not name.startswith("rerank:"):
+            raise ValueError(f"unknown task {name!r}; choose from all, {', '.join(TASKS)}, rerank:PATH")
+    return names
+
+
+def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = None, batch_size: int = 64,
+             show_progress: bool = False) -> dict:
+    """Run the tasks; returns {task: score x 100, ..., "avg7": ... (when all seven STS ran),
+    "details": {task: {...}}, "skipped": {task: reason}}. "all" runs every task whose data is present;
+    a task named explicitly whose data is missing raises DataMissingError before anything is encoded."""
+    data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+    names, skipped = [], {}
+    for name in parse_tasks(tasks):
+        for task in ALL_TASKS if name == "all" else [name]:
+            problem = missing_file(task, data_dir)
+            if problem and name == "all":
+                skipped[task] = problem
+            elif problem:
+                raise DataMissingError(problem)
+            elif task not in names:
+                names.append(task)
+
+    result, details = {}, {}
+    for task in names:
+        if show_progress:
+            print(f"[evaluate] {task}", file=sys.stderr, flush=True)
+        run = task_rerank(Path(task.removeprefix("rerank:"))) if task.startswith("rerank:") else TASKS[task]
+        result[task], details[task] = run(encoder, data_dir, batch_size, show_progress)
+    if all(task in result for task in AVG7_TASKS):
+        result["avg7"] = float(np.mean([result[task] for task in AVG7_TASKS]))  # ConSERT: unweighted mean of 7
+    return {**result, "details": details, "skipped": skipped}
+
+
+def stsb_dev_spearman(encoder, data_dir: str | Path | None = None, batch_size: int = 64) -> float:
+    """STS benchmark dev Spearman x 100 (original release): the model-selection score of training scripts."""
+    return evaluate(encoder, ["stsb-dev"], data_dir, batch_size)["stsb-dev"]
+
+
+def format_table(result: dict) -> str:
+    """The scores as a text table; details indented under each task."""
+    lines = [f"{'task':<24}{'score':>8}"]
+    for task, score in result.items():
+        if task in ("details", "skipped"):
+            continue
+        lines.append(f"{task:<24}{score:>8.2f}")
+        for name, value in result["details"].get(task, {}).items():
+            shown = f"{value:>8d}" if isinstance(value, int) else f"{value:>8.2f}"
+            lines.append(f"  {name:<22}{shown}")
+    for task, reason in result.get("skipped", {}).items():
+        lines.append(f"skipped {task}: {reason}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Score a sentence-embedding model on the papers' STS and ranking tasks.")
+    parser.add_argument("--model", help="model folder (default: the shipped all-MiniLM-L6-v2)")
+    parser.add_argument("--tasks", default="all",
+                        help=f"comma-separated: all, {', '.join(TASKS)}, rerank:PATH (default: all)")
+    parser.add_argument("--data-dir", help="evaluation data (default: $EVAL_DATA_DIR, else ../shared/data)")
+    parser.add_argument("--pooling", choices=["cls", "mean", "max"], help="default: the model folder's own")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--json", help="also write the scores and details to this JSON file")
+    args = parser.parse_args(argv)
+    try:
+        tasks = parse_tasks(args.tasks)
+    except ValueError as err:
+        parser.error(str(err))
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+    problems = [p for p in (missing_file(t, data_dir) for t in tasks if t != "all") if p]
+    if problems:  # fail before the model is loaded
+        print(f"error: {problems[0]}", file=sys.stderr)
+        return 2
+
+    from model import ModelLoadError, SentenceEncoder, default_model_path  # only the CLI needs the model code
+    try:
+        model_dir = args.model or default_model_path()
+        encoder = SentenceEncoder.from_pretrained(model_dir, pooling=args.pooling)
+    except ModelLoadError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    result = evaluate(encoder, tasks, data_dir, args.batch_size, show_progress=True)
+    print(format_table(result))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"model": str(model_dir), "pooling": args.pooling, "data_dir": str(data_dir), **result}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

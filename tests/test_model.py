@@ -1,0 +1,300 @@
+"""The hand-written BERT against transformers / sentence-transformers, on real and on small weights."""
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import data
+from model import (
+    Bert, BertConfig, ModelLoadError, MultiHeadAttention, SentenceEncoder, attention_reference, load_bert, pool,
+    read_safetensors, write_safetensors,
+)
+
+
+def hf_batch(tokenizer_path, sentences, max_length=256):
+    tok = data.load_tokenizer(tokenizer_path)
+    return data.pad(data.tokenize(tok, sentences, max_length), pad_id=0)
+
+
+# ---------------------------------------------------------------- the math
+
+
+def test_fused_attention_equals_reference_formula():
+    cfg = BertConfig(hidden_size=32, num_attention_heads=4, attention_probs_dropout_prob=0.0)
+    attn = MultiHeadAttention(cfg).eval()
+    x = torch.randn(3, 7, 32)
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    mask[0, 5:] = False
+    mask[2, 2:] = False
+    fused = attn(x, mask[:, None, None, :])
+    q, k, v = attn.split_heads(attn.q(x)), attn.split_heads(attn.k(x)), attn.split_heads(attn.v(x))
+    ref = attention_reference(q, k, v, mask[:, None, None, :]).transpose(1, 2).reshape(3, 7, 32)
+    torch.testing.assert_close(fused, attn.out(ref), atol=1e-6, rtol=1e-5)
+    causal = attn(x, causal=True)
+    tri = torch.ones(7, 7, dtype=torch.bool).tril()
+    ref = attention_reference(q, k, v, tri).transpose(1, 2).reshape(3, 7, 32)
+    torch.testing.assert_close(causal, attn.out(ref), atol=1e-6, rtol=1e-5)
+
+
+def test_pooling_ignores_padding():
+    h = torch.randn(2, 6, 4)
+    mask = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]])
+    h_padded = h.clone()
+    h_padded[0, 3:] = 1e4  # garbage on padding must not leak into mean or max
+    for mode in ("cls", "mean", "max"):
+        torch.testing.assert_close(pool(h, mask, mode), pool(h_padded, mask, mode))
+    torch.testing.assert_close(pool(h, mask, "mean")[0], h[0, :3].mean(0))
+    torch.testing.assert_close(pool(h, mask, "max")[0], h[0, :3].amax(0))
+    torch.testing.assert_close(pool(h, mask, "cls"), h[:, 0])
+
+
+def test_pad_rounds_to_multiple_of_8_and_truncate_keeps_sep(minilm_path):
+    tok = data.load_tokenizer(minilm_path)
+    ids = data.tokenize(tok, ["a b c", "word " * 300], max_length=20)
+    assert len(ids[0]) == 5 and len(ids[1]) == 20
+    assert ids[1][0] == 101 and ids[1][-1] == 102  # [CLS] ... [SEP]
+    input_ids, mask = data.pad(ids, pad_id=0)
+    assert input_ids.shape == (2, 24) and mask.sum(1).tolist() == [5, 20]
+    assert data.pad([[1] * 9], 0)[0].shape == (1, 16)
+
+
+def test_vocab_txt_tokenizer_equals_tokenizer_json(minilm_path, tmp_path, sts_sentences):
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        shutil.copy(Path(minilm_path) / name, tmp_path / name)
+    from_json = data.tokenize(data.load_tokenizer(minilm_path), sts_sentences, 128)
+    from_vocab = data.tokenize(data.load_tokenizer(tmp_path), sts_sentences, 128)
+    assert from_json == from_vocab
+
+
+# ---------------------------------------------------------------- real weights
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_path):
+    return SentenceEncoder.from_pretrained(minilm_path).eval()
+
+
+def test_minilm_hidden_states_equal_transformers(minilm, minilm_path, sts_sentences):
+    from transformers import BertModel
+
+    ref = BertModel.from_pretrained(minilm_path).eval()
+    ids, mask = hf_batch(minilm_path, sts_sentences)
+    assert (mask == 0).any(), "the batch must contain padding"
+    with torch.no_grad():
+        ours = minilm.bert(ids, mask)
+        theirs = ref(input_ids=ids, attention_mask=mask).last_hidden_state
+    real = mask.bool()
+    assert (ours[real] - theirs[real]).abs().max() < 1e-4
+
+
+def test_minilm_encode_equals_sentence_transformers(minilm, minilm_path, sts_sentences):
+    from sentence_transformers import SentenceTransformer
+
+    theirs = SentenceTransformer(minilm_path, device="cpu").encode(sts_sentences, convert_to_tensor=True)
+    ours = minilm.encode(sts_sentences, batch_size=16)
+    assert ours.dtype == torch.float32 and ours.shape == (len(sts_sentences), 384)
+    assert F.cosine_similarity(ours, theirs).min() >= 0.99999
+
+
+def test_encode_keeps_input_order(minilm, sts_sentences):
+    full = minilm.encode(sts_sentences, batch_size=7)
+    one_by_one = torch.cat([minilm.encode([s]) for s in sts_sentences[:5]])
+    torch.testing.assert_close(full[:5], one_by_one, atol=1e-5, rtol=1e-4)
+
+
+def test_save_pretrained_round_trip(minilm, tmp_path, sts_sentences):
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel
+
+    out = tmp_path / "saved"
+    minilm.pooling = "cls"  # the pooling must travel with the folder
+    try:
+        minilm.save_pretrained(out)
+        ours = minilm.encode(sts_sentences)
+    finally:
+        minilm.pooling = "mean"
+    st = SentenceTransformer(str(out), device="cpu").encode(sts_sentences, convert_to_tensor=True)
+    assert F.cosine_similarity(ours, st).min() >= 0.99999
+    ids, mask = hf_batch(out, sts_sentences)
+    with torch.no_grad():
+        cls = AutoModel.from_pretrained(out).eval()(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
+    assert (cls - ours).abs().max() < 1e-4
+    reloaded = SentenceEncoder.from_pretrained(out)
+    assert reloaded.pooling == "cls"
+    torch.testing.assert_close(reloaded.encode(sts_sentences), ours)
+
+
+def test_save_is_atomic(minilm, tmp_path, monkeypatch):
+    out = tmp_path / "model"
+    minilm.save_pretrained(out)
+    before = (out / "model.safetensors").read_bytes()
+
+    def crash(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("model.write_safetensors", crash)
+    with pytest.raises(KeyboardInterrupt):
+        minilm.save_pretrained(out)
+    assert (out / "model.safetensors").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary folder left behind
+
+
+# ---------------------------------------------------------------- checkpoints written by transformers
+
+
+def small_hf_model(kind: str):
+    import transformers
+
+    cfg = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=37, max_position_embeddings=40)
+    torch.manual_seed(1)
+    model = getattr(transformers, kind)(cfg).eval()
+    with torch.no_grad():  # make biases and LayerNorms non-trivial so a mix-up would show
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def write_hf_folder(model, folder: Path, fmt: str, rename=None) -> None:
+    folder.mkdir()
+    model.config.save_pretrained(folder)
+    if fmt == "safetensors":
+        model.save_pretrained(folder)
+    else:  # the classic layout: torch.save of the state dict
+        state = {rename(k) if rename else k: v for k, v in model.state_dict().items()}
+        torch.save(state, folder / "pytorch_model.bin")
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "bin"])
+@pytest.mark.parametrize("kind", ["BertModel", "BertForMaskedLM"])
+def test_small_transformers_checkpoints_load_exactly(kind, fmt, tmp_path):
+    ref = small_hf_model(kind)
+    write_hf_folder(ref, tmp_path / "m", fmt)
+    if kind == "BertForMaskedLM":
+        assert any(k.startswith("bert.") for k in ref.state_dict())
+    ours = load_bert(tmp_path / "m").eval()
+    ids = torch.randint(1, 99, (3, 11))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    with torch.no_grad():
+        out = ref(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        h = ours(ids, mask)
+    real = mask.bool()
+    assert (h[real] - out.hidden_states[-1][real]).abs().max() < 1e-5
+    if kind == "BertForMaskedLM":
+        assert ours.mlm_head is not None
+        assert (ours.mlm_logits(h)[real] - out.logits[real]).abs().max() < 1e-4
+    else:
+        assert ours.mlm_head is None
+
+
+def test_old_gamma_beta_layernorm_names_load(tmp_path):
+    ref = small_hf_model("BertForMaskedLM")
+    rename = lambda k: k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+    write_hf_folder(ref, tmp_path / "m", "bin", rename)
+    assert "bert.embeddings.LayerNorm.gamma" in torch.load(tmp_path / "m" / "pytorch_model.bin")
+    ours = load_bert(tmp_path / "m")
+    torch.testing.assert_close(ours.embeddings.norm.weight, ref.bert.embeddings.LayerNorm.weight)
+    torch.testing.assert_close(ours.mlm_head.norm.bias, ref.cls.predictions.transform.LayerNorm.bias)
+
+
+def test_safetensors_dtypes_round_trip(tmp_path):
+    tensors = {"f32": torch.randn(3, 4), "f16": torch.randn(5).half(), "bf16": torch.randn(2, 2).bfloat16(),
+               "i64": torch.arange(7), "empty": torch.zeros(0, 3)}
+    write_safetensors(tensors, tmp_path / "t.safetensors")
+    back = read_safetensors(tmp_path / "t.safetensors")
+    for k, t in tensors.items():
+        assert back[k].dtype == t.dtype and torch.equal(back[k], t)
+    from safetensors.torch import load_file  # the reference reader agrees
+
+    for k, t in load_file(str(tmp_path / "t.safetensors")).items():
+        assert torch.equal(back[k], t)
+
+
+def test_half_precision_checkpoint_loads_as_float32(tmp_path):
+    ref = small_hf_model("BertModel")
+    write_hf_folder(ref.half(), tmp_path / "m", "safetensors")
+    ours = load_bert(tmp_path / "m")
+    assert ours.embeddings.word.weight.dtype == torch.float32
+    torch.testing.assert_close(ours.embeddings.word.weight, ref.embeddings.word_embeddings.weight.float())
+
+
+# ---------------------------------------------------------------- bad folders: one clear line each
+
+
+@pytest.fixture
+def good_folder(tmp_path):
+    write_hf_folder(small_hf_model("BertModel"), tmp_path / "m", "safetensors")
+    return tmp_path / "m"
+
+
+def load_error(folder) -> str:
+    with pytest.raises(ModelLoadError) as e:
+        load_bert(folder)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_missing_folder_and_config(good_folder, tmp_path):
+    assert "does not exist" in load_error(tmp_path / "nope")
+    (good_folder / "config.json").unlink()
+    assert "no config.json" in load_error(good_folder)
+
+
+def test_missing_weights(good_folder):
+    (good_folder / "model.safetensors").unlink()
+    assert "no model.safetensors or pytorch_model.bin" in load_error(good_folder)
+
+
+def test_truncated_safetensors(good_folder):
+    f = good_folder / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:-100])
+    assert "truncated" in load_error(good_folder)
+    f.write_bytes(b"\x01\x02")
+    assert "truncated or not a safetensors file" in load_error(good_folder)
+
+
+def test_corrupt_bin(tmp_path):
+    write_hf_folder(small_hf_model("BertModel"), tmp_path / "m", "bin")
+    f = tmp_path / "m" / "pytorch_model.bin"
+    f.write_bytes(f.read_bytes()[:500])
+    assert "truncated or corrupt" in load_error(tmp_path / "m")
+
+
+def test_wrong_shape_missing_and_unexpected_in_one_error(good_folder):
+    state = read_safetensors(good_folder / "model.safetensors")
+    state["encoder.layer.0.intermediate.dense.weight"] = torch.zeros(36, 32)
+    del state["encoder.layer.1.output.dense.bias"]
+    state["encoder.layer.9.extra.weight"] = torch.zeros(2)
+    write_safetensors(state, good_folder / "model.safetensors")
+    msg = load_error(good_folder)
+    assert "wrong shape: encoder.layer.0.intermediate.dense.weight [36, 32] (expected [37, 32])" in msg
+    assert "missing: encoder.layer.1.output.dense.bias" in msg
+    assert "unexpected: encoder.layer.9.extra.weight" in msg
+
+
+def test_roberta_config_is_refused(good_folder):
+    cfg = json.loads((good_folder / "config.json").read_text())
+    cfg["model_type"] = "roberta"
+    (good_folder / "config.json").write_text(json.dumps(cfg))
+    assert "model_type 'roberta' is not supported" in load_error(good_folder)
+
+
+def test_header_length_past_end_of_file(tmp_path):
+    (tmp_path / "x.safetensors").write_bytes(struct.pack("<Q", 10**9) + b"{}")
+    with pytest.raises(ModelLoadError, match="truncated"):
+        read_safetensors(tmp_path / "x.safetensors")
+
+
+def test_mlm_head_weights_come_from_checkpoint(tmp_path):
+    ref = small_hf_model("BertForMaskedLM")
+    write_hf_folder(ref, tmp_path / "m", "safetensors")
+    ours = load_bert(tmp_path / "m")
+    torch.testing.assert_close(ours.mlm_head.bias, ref.cls.predictions.bias)
+    torch.testing.assert_close(ours.mlm_head.dense.weight, ref.cls.predictions.transform.dense.weight)
+    assert isinstance(ours, Bert)
