@@ -26,7 +26,8 @@ class CorpusError(Exception):
 
 
 def progress(items: Iterable, **kw) -> tqdm:
-    return tqdm(items, dynamic_ncols=True, **kw)
+    """A tqdm bar (only on a terminal unless disable=False is given)."""
+    return tqdm(items, dynamic_ncols=True, mininterval=0.5, **{"disable": None, **kw})
 
 
 # ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import os
 import shutil
 import struct
 import tempfile
+import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
@@ -613,3 +614,164 @@ def _read_json(path: Path) -> dict | None:
 
 def _write_json(path: Path, obj) -> None:
     Path(path).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+
+
+# ----------------------------------------------------------------------------
+# 10. Training machinery shared by tsdae.py and consert.py: optimiser, schedule, checkpoints, the loop.
+#     Each method supplies an `objective` module whose forward(batch) returns the loss to minimise.
+
+
+class TrainingStopped(Exception):
+    """Training ended early on purpose (NaN loss). One line for the user; the last good checkpoint is kept."""
+
+
+@dataclass
+class TrainSettings:
+    out: Path
+    steps: int  # optimiser steps in total
+    lr: float
+    weight_decay: float = 0.0
+    adam_eps: float = 1e-8
+    warmup_ratio: float = 0.0  # fraction of steps with a linear warm-up
+    schedule: str = "constant"  # after warm-up: "constant" or "linear" decay to 0
+    grad_clip: float | None = 1.0
+    seed: int = 0
+    amp: str = "none"  # "bf16" / "fp16" autocast (fp16 with a GradScaler)
+    save_every: int = 0  # also write a resumable checkpoint every N steps (0: only at the end)
+    eval_every: int = 0
+    eval_fn: Callable[[SentenceEncoder], float] | None = None  # e.g. STS-benchmark dev Spearman
+    keep_best: bool = False  # save the encoder with the best eval score to out/best
+    resume: bool = False
+    compile: bool = False
+
+
+def make_optimizer(objective: nn.Module, s: TrainSettings, device: torch.device) -> torch.optim.AdamW:
+    """AdamW; no weight decay on biases and LayerNorm weights (BERT's recipe). Tied weights appear once."""
+    decay, no_decay = [], []
+    for name, p in objective.named_parameters():  # named_parameters lists a shared Parameter once
+        (no_decay if p.ndim < 2 else decay).append(p)
+    groups = [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=s.lr, eps=s.adam_eps, fused=device.type == "cuda")
+
+
+def lr_factor(step: int, s: TrainSettings) -> float:
+    warmup = int(s.steps * s.warmup_ratio)
+    if step < warmup:
+        return (step + 1) / warmup
+    if s.schedule == "linear":
+        return max(0.0, (s.steps - step) / max(1, s.steps - warmup))
+    return 1.0
+
+
+def save_training_state(folder: Path, encoder: SentenceEncoder, objective: nn.Module, optimizer, progress: dict) -> None:
+    """out/checkpoint: the encoder in Hugging Face layout plus everything needed to resume, written atomically."""
+    with atomic_dir(folder) as tmp:
+        encoder.save_pretrained(tmp / "encoder")
+        torch.save({
+            "objective": objective.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "progress": progress,
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        }, tmp / "training_state.pt")
+
+
+def load_training_state(folder: Path, objective: nn.Module, optimizer) -> dict:
+    path = folder / "training_state.pt"
+    if not path.exists():
+        raise ModelLoadError(f"--resume: no checkpoint at {folder}")
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    objective.load_state_dict(state["objective"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
+    if state["cuda_rng"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    return state["progress"]
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.data.DataLoader, s: TrainSettings,
+          device: torch.device) -> dict:
+    """The training loop: AdamW steps over `loader` (whose batch_sampler is a data.BucketBatchSampler),
+    with a progress bar, periodic checkpoints, resume, NaN and Ctrl-C handling. Returns the progress dict."""
+    objective.to(device).train()
+    optimizer = make_optimizer(objective, s, device)
+    progress = {"step": 0, "epoch": 0, "step_in_epoch": 0, "best": None}
+    ckpt = s.out / "checkpoint"
+    if s.resume:
+        progress = load_training_state(ckpt, objective, optimizer)
+    step_fn = torch.compile(objective) if s.compile else objective
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(s.amp)
+    scaler = torch.amp.GradScaler(device.type, enabled=s.amp == "fp16")
+    log = open(s.out / "log.jsonl", "a", encoding="utf-8")
+    sampler = loader.batch_sampler
+    bar = data.progress(range(progress["step"], s.steps), initial=progress["step"], total=s.steps, desc="train")
+    last_saved = progress["step"]
+
+    def save() -> None:
+        save_training_state(ckpt, encoder, objective, optimizer, progress)
+
+    try:
+        while progress["step"] < s.steps:
+            sampler.set_epoch(progress["epoch"], skip=progress["step_in_epoch"])
+            for batch in loader:
+                t0 = time.perf_counter()
+                for group in optimizer.param_groups:
+                    group["lr"] = s.lr * lr_factor(progress["step"], s)
+                with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                    loss = step_fn(to_device(batch, device))
+                if not torch.isfinite(loss):
+                    raise TrainingStopped(
+                        f"loss became {loss.item()} at step {progress['step'] + 1}; stopped. The last good checkpoint "
+                        f"is in {ckpt if ckpt.exists() else '(none yet)'}; try a lower --lr or --amp none"
+                    )
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                if s.grad_clip:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(objective.parameters(), s.grad_clip)
+                scaler.step(optimizer)
+                scaler.update()
+                progress["step"] += 1
+                progress["step_in_epoch"] += 1
+                n = len(next(iter(batch.values())))
+                rate = n / (time.perf_counter() - t0)
+                record = {"step": progress["step"], "loss": loss.item(), "lr": optimizer.param_groups[0]["lr"]}
+                bar.update(1)
+                bar.set_postfix(loss=f"{record['loss']:.4f}", sent_s=f"{rate:.1f}")
+                if s.eval_fn and s.eval_every and progress["step"] % s.eval_every == 0:
+                    record["eval"] = evaluate_and_keep_best(encoder, s, progress)
+                    objective.train()
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                if s.save_every and progress["step"] % s.save_every == 0:
+                    save()
+                    last_saved = progress["step"]
+                if progress["step"] >= s.steps:
+                    break
+            else:  # the epoch ran out
+                progress["epoch"] += 1
+                progress["step_in_epoch"] = 0
+    except KeyboardInterrupt:
+        bar.close()
+        save()
+        print(f"\ninterrupted at step {progress['step']}; checkpoint saved to {ckpt} (continue with --resume)")
+        raise SystemExit(130)
+    finally:
+        bar.close()
+        log.close()
+    if progress["step"] != last_saved or not ckpt.exists():
+        save()
+    encoder.save_pretrained(s.out / "model")
+    return progress
+
+
+def evaluate_and_keep_best(encoder: SentenceEncoder, s: TrainSettings, progress: dict) -> float:
+    score = s.eval_fn(encoder)
+    if s.keep_best and (progress["best"] is None or score > progress["best"]):
+        progress["best"] = score
+        encoder.save_pretrained(s.out / "best")
+    return score

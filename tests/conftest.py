@@ -43,3 +43,33 @@ def sts_sentences(data_dir) -> list[str]:
     lengths = {len(s.split()) for s in sentences}
     assert len(lengths) > 10, "want sentences of many lengths"
     return sentences
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, minilm_path) -> Path:
+    """A 2-layer, 32-wide random BERT with MiniLM's vocabulary: training tests run in seconds on it."""
+    import data
+    from model import Bert, BertConfig, SentenceEncoder
+
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                     max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny") / "model"
+    SentenceEncoder(Bert(cfg), data.load_tokenizer(minilm_path), "cls", 64, source=Path(minilm_path)).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory) -> Path:
+    """16 short distinct sentences."""
+    lines = [
+        "the cat sat on the mat", "a dog barked at the mailman", "stocks fell sharply on monday",
+        "the orchestra played a quiet waltz", "rain is expected over the weekend", "she planted tomatoes in may",
+        "the bridge was closed for repairs", "he solved the puzzle in minutes", "our train arrived two hours late",
+        "bees carry pollen between flowers", "the recipe needs three eggs", "voters queued outside the school",
+        "a comet passed close to earth", "the striker scored twice", "ice melts faster in salt water",
+        "the library opens at nine",
+    ]
+    path = tmp_path_factory.mktemp("corpus") / "small.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,309 @@
+"""TSDAE: loss and gradient parity with sentence-transformers, tying, noise, training, resume, bad input."""
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import data
+import tsdae
+from model import SentenceEncoder, to_hf_name
+from tsdae import TSDAELoss
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- parity with the reference
+
+
+def copy_reference_decoder_weights(ours: TSDAELoss, ref_decoder) -> None:
+    """The reference's freshly initialised decoder-only weights (cross-attention, LM-head transform, bias) into ours."""
+    sd = ref_decoder.state_dict()
+    names = {"q": "self.query", "k": "self.key", "v": "self.value", "out": "output.dense"}
+    with torch.no_grad():
+        for i, layer in enumerate(ours.decoder.layers):
+            pre = f"bert.encoder.layer.{i}.crossattention."
+            for ours_name, hf_name in names.items():
+                getattr(layer.cross_attn, ours_name).weight.copy_(sd[pre + hf_name + ".weight"])
+                getattr(layer.cross_attn, ours_name).bias.copy_(sd[pre + hf_name + ".bias"])
+            layer.cross_attn_norm.weight.copy_(sd[pre + "output.LayerNorm.weight"])
+            layer.cross_attn_norm.bias.copy_(sd[pre + "output.LayerNorm.bias"])
+        head = ours.decoder.lm_head
+        head.dense.weight.copy_(sd["cls.predictions.transform.dense.weight"])
+        head.dense.bias.copy_(sd["cls.predictions.transform.dense.bias"])
+        head.norm.weight.copy_(sd["cls.predictions.transform.LayerNorm.weight"])
+        head.norm.bias.copy_(sd["cls.predictions.transform.LayerNorm.bias"])
+        head.bias.copy_(sd["cls.predictions.bias"])
+
+
+def test_loss_and_gradients_equal_sentence_transformers(minilm_path, sts_sentences):
+    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers.sentence_transformer.losses import DenoisingAutoEncoderLoss
+
+    torch.manual_seed(0)
+    transformer = models.Transformer(minilm_path, max_seq_length=75)
+    st = SentenceTransformer(modules=[transformer, models.Pooling(384, "cls")], device="cpu")
+    ref = DenoisingAutoEncoderLoss(st, tie_encoder_decoder=True).eval()
+
+    ours = TSDAELoss(SentenceEncoder.from_pretrained(minilm_path, pooling="cls", max_length=75)).eval()
+    copy_reference_decoder_weights(ours, ref.decoder)
+
+    dataset = data.DenoisingDataset(sts_sentences[:16], ours.encoder.tokenizer, 75)
+    batch = data.collate_pairs([dataset[(0, i)] for i in range(16)])
+    assert (batch["original_mask"] == 0).any() and (batch["damaged_ids"] != batch["original_ids"][:, : batch["damaged_ids"].shape[1]]).any()
+    loss = ours(batch)
+    features = lambda ids, mask: {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    ref_loss = ref([features(batch["damaged_ids"], batch["damaged_mask"]),
+                    features(batch["original_ids"], batch["original_mask"])], None)
+    assert abs(loss.item() - ref_loss.item()) < 1e-4
+
+    loss.backward()
+    ref_loss.backward()
+    ref_params = dict(st[0].auto_model.named_parameters())
+    for name, p in ours.encoder.bert.named_parameters():
+        g_ref = ref_params[to_hf_name(name)].grad
+        if name.endswith("attn.k.bias"):
+            # softmax(q.(k + b)) does not depend on the key bias b: its true gradient is 0, both sides are float noise
+            assert p.grad.abs().max() < 1e-6 and g_ref.abs().max() < 1e-6
+            continue
+        assert (p.grad - g_ref).abs().max() <= 1e-4 * g_ref.abs().max(), name
+
+
+# ---------------------------------------------------------------- tying and the bottleneck
+
+
+@pytest.fixture
+def tiny_objective(tiny_model_dir):
+    return TSDAELoss(SentenceEncoder.from_pretrained(tiny_model_dir, pooling="cls"))
+
+
+def test_tied_weights_are_one_tensor(tiny_objective):
+    bert, dec = tiny_objective.encoder.bert, tiny_objective.decoder
+    assert dec.embeddings.word.weight is bert.embeddings.word.weight
+    for enc_layer, dec_layer in zip(bert.layers, dec.layers):
+        for a, b in [(enc_layer.attn, dec_layer.self_attn), (enc_layer.ffn, dec_layer.ffn),
+                     (enc_layer.attn_norm, dec_layer.self_attn_norm), (enc_layer.ffn_norm, dec_layer.ffn_norm)]:
+            assert all(x is y for x, y in zip(a.parameters(), b.parameters()))
+        assert not any(x is y for x in dec_layer.cross_attn.parameters() for y in bert.parameters())
+    shared = {id(p) for p in bert.parameters()}
+    own = [n for n, p in tiny_objective.decoder.named_parameters() if id(p) not in shared]
+    assert all(".cross_attn" in n or "lm_head." in n for n in own) and own
+
+
+def test_untied_decoder_is_a_separate_copy(tiny_model_dir):
+    obj = TSDAELoss(SentenceEncoder.from_pretrained(tiny_model_dir), tie=False)
+    assert obj.decoder.embeddings.word.weight is not obj.encoder.bert.embeddings.word.weight
+    torch.testing.assert_close(obj.decoder.embeddings.word.weight, obj.encoder.bert.embeddings.word.weight)
+
+
+def test_a_step_changes_encoder_and_decoder_together(tiny_objective, small_corpus):
+    sentences = data.read_corpus(small_corpus)
+    ds = data.DenoisingDataset(sentences, tiny_objective.encoder.tokenizer, 64)
+    w = tiny_objective.decoder.layers[0].ffn.up.weight
+    before = w.detach().clone()
+    opt = torch.optim.SGD(tiny_objective.parameters(), lr=1.0)
+    tiny_objective(data.collate_pairs([ds[(0, i)] for i in range(8)])).backward()
+    opt.step()
+    assert not torch.equal(w, before)
+    assert torch.equal(tiny_objective.encoder.bert.layers[0].ffn.up.weight, w)
+
+
+def test_decoder_sees_only_the_cls_vector(tiny_objective, small_corpus):
+    """Change every encoder output except position 0: with CLS pooling the logits must not move."""
+    obj = tiny_objective.eval()
+    ds = data.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
+    batch = data.collate_pairs([ds[(0, i)] for i in range(4)])
+    losses = []
+    for scramble in (False, True):
+        def hook(module, inputs, output):
+            if scramble:
+                output = output.clone()
+                output[:, 1:] = torch.randn_like(output[:, 1:]) * 10
+            return output
+
+        handle = obj.encoder.bert.layers[-1].register_forward_hook(hook)
+        with torch.no_grad():
+            losses.append(obj(batch))
+        handle.remove()
+    assert losses[0].item() == losses[1].item()
+
+
+def test_logits_only_at_label_positions_match_full_computation(tiny_objective, small_corpus):
+    obj = tiny_objective.eval()
+    ds = data.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
+    b = data.collate_pairs([ds[(0, i)] for i in range(6)])
+    with torch.no_grad():
+        loss = obj(b)
+        states = obj.decoder(b["original_ids"][:, :-1], obj.encoder(b["damaged_ids"], b["damaged_mask"]))
+        logits = obj.decoder.logits(states)  # every position, pads included
+        full = F.cross_entropy(logits.flatten(0, 1), b["original_ids"][:, 1:].flatten(), ignore_index=0)
+    assert abs(loss.item() - full.item()) < 1e-5
+    obj.normalisation = "sentence"
+    with torch.no_grad():
+        per_sentence = obj(b)
+    n_tokens = b["original_mask"][:, 1:].sum()
+    assert abs(per_sentence.item() - full.item() * n_tokens.item() / 6) < 1e-3
+
+
+# ---------------------------------------------------------------- noise
+
+
+@pytest.fixture(scope="module")
+def tokenizer(minilm_path):
+    return data.load_tokenizer(minilm_path)
+
+
+def test_deletion_removes_60_percent_and_never_everything(tokenizer, sts_sentences):
+    rng = random.Random(0)
+    deleted = total = 0
+    for rep in range(30):
+        for s in sts_sentences:
+            _, words, _ = data.words_of(tokenizer, s)
+            kept = data.delete_words(words, 0.6, rng)
+            assert 1 <= len(kept) <= len(words)
+            assert all(w in words for w in kept)
+            if len(words) >= 5:  # short sentences are skewed by the keep-one rule
+                deleted += len(words) - len(kept)
+                total += len(words)
+    assert abs(deleted / total - 0.6) <= 0.02
+    assert data.delete_words([[7]], 0.99, rng) == [[7]]  # a one-word sentence survives
+
+
+def test_words_are_the_tokenizers_words(tokenizer):
+    head, words, tail = data.words_of(tokenizer, "Unbelievably, it works!")
+    assert head == [101] and tail == [102]
+    assert [tokenizer.decode(w) for w in words] == ["unbelievably", ",", "it", "works", "!"]
+    assert len(words[0]) > 1  # a word of several WordPieces is one unit for the noise
+
+
+def test_other_noise_types_do_what_their_names_say(tokenizer):
+    rng = random.Random(1)
+    words = [[i] for i in range(1000, 1040)]
+    swapped = data.swap_words(words, 0.5, rng)
+    assert sorted(swapped) == words and swapped != words
+    masked = data.mask_words(words, 0.5, rng, mask_id=103)
+    assert all(m == w or m == [103] for m, w in zip(masked, words)) and 5 < sum(m == [103] for m in masked) < 35
+    vocab = data.ordinary_token_ids(tokenizer)
+    replaced = data.replace_words(words, 0.5, rng, vocab=vocab)
+    assert len(replaced) == len(words) and 5 < sum(r != w for r, w in zip(replaced, words)) < 35
+    added = data.add_words(words, 0.5, rng, vocab=vocab)
+    assert [w for w in added if w in words] == words and 45 < len(added) < 75
+    assert 100 not in vocab and 0 not in vocab  # [UNK], [PAD] are never inserted
+
+
+def test_noise_is_fresh_each_epoch_and_repeatable(tokenizer, sts_sentences):
+    ds = data.DenoisingDataset(sts_sentences, tokenizer, 75, seed=3)
+    assert [ds[(0, i)] for i in range(20)] == [ds[(0, i)] for i in range(20)]
+    assert [ds[(0, i)][0] for i in range(20)] != [ds[(1, i)][0] for i in range(20)]
+
+
+# ---------------------------------------------------------------- training
+
+
+def run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "tsdae.py"), *map(str, args)], capture_output=True, text=True,
+                          timeout=600)
+
+
+def losses(out: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+def test_tiny_model_overfits_16_sentences(tiny_model_dir, small_corpus, tmp_path):
+    tsdae.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
+                "--steps", "150", "--batch-size", "16", "--lr", "5e-3", "--save-every", "0"])
+    assert sum(losses(tmp_path)[-10:]) / 10 < 0.5
+
+
+def test_resume_continues_the_same_loss_sequence(tiny_model_dir, small_corpus, tmp_path):
+    common = ["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--batch-size", "4", "--lr", "1e-3"]
+    tsdae.main(common + ["--out", str(tmp_path / "a"), "--steps", "10"])
+    tsdae.main(common + ["--out", str(tmp_path / "b"), "--steps", "6"])  # crosses an epoch boundary (4 steps/epoch)
+    tsdae.main(common + ["--out", str(tmp_path / "b"), "--steps", "10", "--resume"])
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+
+
+def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
+    real_forward = TSDAELoss.forward
+    calls = {"n": 0}
+
+    def forward(self, batch):
+        calls["n"] += 1
+        loss = real_forward(self, batch)
+        return loss * float("nan") if calls["n"] == 5 else loss
+
+    monkeypatch.setattr(TSDAELoss, "forward", forward)
+    with pytest.raises(tsdae.TrainingStopped, match="loss became nan at step 5"):
+        tsdae.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
+                    "--steps", "10", "--save-every", "2"])
+    state = torch.load(tmp_path / "checkpoint" / "training_state.pt", weights_only=False)
+    assert state["progress"]["step"] == 4
+    SentenceEncoder.from_pretrained(tmp_path / "checkpoint" / "encoder")  # a loadable model
+
+
+def test_ctrl_c_saves_a_checkpoint(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
+    real_forward = TSDAELoss.forward
+    calls = {"n": 0}
+
+    def forward(self, batch):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real_forward(self, batch)
+
+    monkeypatch.setattr(TSDAELoss, "forward", forward)
+    with pytest.raises(SystemExit):
+        tsdae.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
+                    "--steps", "10", "--save-every", "0"])
+    state = torch.load(tmp_path / "checkpoint" / "training_state.pt", weights_only=False)
+    assert state["progress"]["step"] == 3
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "does not exist"),
+    (b"", "has no non-blank lines"),
+    (b"\n   \n\t\n", "has no non-blank lines"),
+    (b"good line\n\xff\xfe bad bytes\n", "line 2 is not valid UTF-8"),
+    (b"\x00\x01\x02binary", "looks like a binary file"),
+])
+def test_bad_corpus_gets_one_line_error(content, message, tmp_path, tiny_model_dir):
+    corpus = tmp_path / "corpus.txt"
+    if content is not None:
+        corpus.write_bytes(content)
+    result = run("--corpus", corpus, "--model", tiny_model_dir, "--out", tmp_path / "out", "--steps", "1")
+    assert result.returncode != 0
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bad_model_folder_gets_one_line_error(tmp_path, small_corpus):
+    result = run("--corpus", small_corpus, "--model", tmp_path, "--out", tmp_path / "out", "--steps", "1")
+    assert result.returncode != 0 and "no config.json" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_awkward_lines_train(tiny_model_dir, tmp_path):
+    """One-word lines, very long lines (truncated), bad bytes replaced, a corpus smaller than a batch."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_bytes(b"hello\n\n" + b"very long line " * 200 + b"\nbad \xff byte\n")
+    tsdae.main(["--corpus", str(corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path / "o"),
+                "--steps", "3", "--batch-size", "8", "--bad-lines", "replace", "--max-length", "32"])
+    assert len(losses(tmp_path / "o")) == 3
+    assert data.read_corpus(corpus, "skip") == ["hello", " ".join(["very long line"] * 200)]
+
+
+def test_cli_on_default_model_writes_a_sentence_transformers_model(tmp_path, sts_sentences):
+    from sentence_transformers import SentenceTransformer
+
+    corpus = tmp_path / "sentences.txt"
+    corpus.write_text("\n".join(sts_sentences) + "\n", encoding="utf-8")
+    result = run("--corpus", corpus, "--steps", 50, "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(losses(tmp_path / "out")) == 50
+    ours = SentenceEncoder.from_pretrained(tmp_path / "out" / "model")
+    assert ours.pooling == "cls"
+    theirs = SentenceTransformer(str(tmp_path / "out" / "model"), device="cpu").encode(sts_sentences, convert_to_tensor=True)
+    assert F.cosine_similarity(ours.encode(sts_sentences), theirs).min() >= 0.99999

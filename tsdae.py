@@ -1,0 +1,135 @@
+"""TSDAE (Wang, Reimers & Gurevych 2021): train a sentence encoder by rebuilding damaged sentences.
+
+    damaged sentence --encoder--> ONE vector --decoder--> the original sentence
+
+The only path from the damaged input to the decoder is the sentence vector (§3.2), so that vector
+must carry the sentence's meaning. After training the decoder is thrown away.
+
+    python tsdae.py --corpus examples/sentences.txt --steps 200 --out runs/tsdae
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import data
+from model import (
+    ModelLoadError, SentenceEncoder, TrainingStopped, TrainSettings, TSDAEDecoder, default_model_path, pick_device,
+    train,
+)
+
+
+class TSDAELoss(nn.Module):
+    """Encoder + tied decoder + reconstruction loss for one batch of (damaged, original) sentences.
+
+    normalisation="tokens": cross-entropy averaged over every non-pad label token of the batch
+        (the reference code's choice, sentence-transformers' DenoisingAutoEncoderLoss; the default).
+    normalisation="sentence": summed over each sentence's tokens, averaged over sentences
+        (the paper's objective, §3.1: the log-likelihood of each sentence).
+    """
+
+    def __init__(self, encoder: SentenceEncoder, tie: bool = True, normalisation: str = "tokens"):
+        super().__init__()
+        assert normalisation in ("tokens", "sentence")
+        self.encoder = encoder
+        self.decoder = TSDAEDecoder(encoder.bert, tie=tie)  # app. A: tied to the encoder
+        self.normalisation = normalisation
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        # §3.1: the encoder reads the DAMAGED sentence and gives one vector per sentence
+        sentence_vec = self.encoder(batch["damaged_ids"], batch["damaged_mask"])  # (B, d)
+        # teacher forcing: read the original up to t, predict token t+1 ([CLS] a b -> a b [SEP])
+        original, mask = batch["original_ids"], batch["original_mask"]
+        decoder_input, labels = original[:, :-1], original[:, 1:]  # (B, L-1) each
+        is_label = mask[:, 1:].bool()  # (B, L-1): real tokens to predict
+        states = self.decoder(decoder_input, sentence_vec)  # (B, L-1, d)
+        # the vocabulary projection is the costliest matmul: compute it only where there is a label
+        logits = self.decoder.logits(states[is_label])  # (T, V), T = real label tokens in the batch
+        total = F.cross_entropy(logits.float(), labels[is_label], reduction="sum")
+        return total / (is_label.sum() if self.normalisation == "tokens" else len(original))
+
+
+def make_loader(sentences: list[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device):
+    dataset = data.DenoisingDataset(sentences, encoder.tokenizer, encoder.max_length, args.noise, args.noise_ratio,
+                                    args.seed)
+    lengths = data.token_lengths(encoder.tokenizer, sentences, encoder.max_length)
+    sampler = data.BucketBatchSampler(lengths, args.batch_size, seed=args.seed, bucketing=not args.no_bucketing)
+    workers = args.workers if args.workers is not None else (2 if device.type == "cuda" else 0)
+    return torch.utils.data.DataLoader(
+        dataset, batch_sampler=sampler, num_workers=workers, pin_memory=device.type == "cuda",
+        collate_fn=functools.partial(data.collate_pairs, pad_id=encoder.bert.cfg.pad_token_id),
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Train a sentence encoder with TSDAE on unlabelled sentences (one per line).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--corpus", required=True, help="UTF-8 text file, one sentence per line")
+    p.add_argument("--model", default=None, help="local Hugging Face BERT folder (default: the shipped all-MiniLM-L6-v2)")
+    p.add_argument("--out", default="runs/tsdae",
+                   help="run folder: model/ (the trained encoder), checkpoint/ (to resume), log.jsonl")
+    p.add_argument("--epochs", type=int, default=1, help="passes over the corpus (ignored when --steps is given)")
+    p.add_argument("--steps", type=int, default=None, help="optimiser steps in total (the paper: 100000)")
+    p.add_argument("--batch-size", type=int, default=8, help="sentences per step (app. B)")
+    p.add_argument("--lr", type=float, default=3e-5, help="AdamW learning rate (app. B), constant as in the reference")
+    p.add_argument("--max-length", type=int, default=75, help="tokens per sentence, longer lines are truncated")
+    p.add_argument("--pooling", default="cls", choices=["cls", "mean", "max"], help="sentence vector (app. A, tab. 7)")
+    p.add_argument("--noise", default="delete", choices=sorted(data.NOISE), help="noise type (app. A, tab. 5)")
+    p.add_argument("--noise-ratio", type=float, default=0.6, help="probability a word is affected (app. A, tab. 6)")
+    p.add_argument("--untie", action="store_true", help="separate decoder weights (initialised from the same checkpoint)")
+    p.add_argument("--loss-normalisation", default="tokens", choices=["tokens", "sentence"],
+                   help="tokens: mean over the batch's tokens (reference code); sentence: per-sentence sum (paper §3.1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:1, ...")
+    p.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast precision (CUDA)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the training step")
+    p.add_argument("--workers", type=int, default=None, help="DataLoader workers (default: 2 on CUDA, 0 on CPU)")
+    p.add_argument("--no-bucketing", action="store_true", help="plain shuffled batches instead of length buckets")
+    p.add_argument("--save-every", type=int, default=1000, help="write a resumable checkpoint every N steps")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    p.add_argument("--eval-data", default=None, help="data folder with stsbenchmark/: log STS-b dev Spearman")
+    p.add_argument("--eval-every", type=int, default=500, help="steps between evaluations (with --eval-data)")
+    p.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
+                   help="what to do with corpus lines that are not UTF-8")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    device = pick_device(args.device)
+    sentences = data.read_corpus(args.corpus, args.bad_lines)
+    encoder = SentenceEncoder.from_pretrained(args.model or default_model_path(), pooling=args.pooling,
+                                              max_length=args.max_length)
+    objective = TSDAELoss(encoder, tie=not args.untie, normalisation=args.loss_normalisation)
+    loader = make_loader(sentences, encoder, args, device)
+    steps = args.steps or args.epochs * len(loader.batch_sampler)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    eval_fn = None
+    if args.eval_data:
+        from evaluate import stsb_dev_spearman
+
+        eval_fn = lambda enc: stsb_dev_spearman(enc, args.eval_data)
+    settings = TrainSettings(out=out, steps=steps, lr=args.lr, seed=args.seed, amp=args.amp,
+                             save_every=args.save_every, eval_every=args.eval_every, eval_fn=eval_fn,
+                             resume=args.resume, compile=args.compile)
+    print(f"TSDAE: {len(sentences)} sentences, {steps} steps of {args.batch_size} on {device}; saving to {out}")
+    train(encoder, objective, loader, settings, device)
+    print(f"done: encoder saved to {out / 'model'} ({args.pooling} pooling)")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (data.CorpusError, ModelLoadError, TrainingStopped) as e:
+        sys.exit(f"error: {e}")
