@@ -166,7 +166,7 @@ def query_metrics(relevant: Sequence[bool]) -> dict[str, float]:
     }
 
 
-def rerank(candidates: Sequence[str], scores: Sequence[float]) -> list[str]:
+def rerank(candidates: Sequence, scores: Sequence[float]) -> list:
     """Candidates by descending score. Python's sort is stable: tied candidates keep their incoming
     order (for AskUbuntu the BM25 order, as USEB does)."""
     order = sorted(range(len(candidates)), key=lambda i: -scores[i])
@@ -373,16 +373,16 @@ def rerank_scores(encoder, path: Path, batch_size: int = 64, show_progress: bool
     Candidates are listed negatives first, so an exact score tie never favours a positive: a collapsed
     encoder that gives every text the same vector gets the worst possible ranking, not the best."""
     queries = [q for q in load_rerank_jsonl(path) if q[1]]
-    texts = [t for query, pos, neg in queries for t in [query, *pos, *neg]]
+    texts = list(dict.fromkeys(t for query, pos, neg in queries for t in [query, *pos, *neg]))
     emb = encode_unique(encoder, texts, batch_size, show_progress)
-    per_query, start = [], 0
+    row = {text: n for n, text in enumerate(texts)}
+    per_query = []
     for query, positives, negatives in queries:
-        candidates = list(range(start + 1 + len(positives), start + 1 + len(positives) + len(negatives))) + \
-            list(range(start + 1, start + 1 + len(positives)))  # rows in `emb`: negatives, then positives
-        scores = (emb[candidates] @ emb[start]).tolist()
-        ranked = rerank(candidates, scores)
-        per_query.append(query_metrics([c < start + 1 + len(positives) for c in ranked]))
-        start += 1 + len(positives) + len(negatives)
+        candidates = [*negatives, *positives]
+        is_positive = [False] * len(negatives) + [True] * len(positives)
+        scores = (emb[[row[c] for c in candidates]] @ emb[row[query]]).tolist()
+        ranked = rerank(range(len(candidates)), scores)
+        per_query.append(query_metrics([is_positive[i] for i in ranked]))
     return {**mean_metrics(per_query), "queries": len(per_query)}
 
 
@@ -465,7 +465,8 @@ def format_table(result: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Score a sentence-embedding model on the papers' STS and ranking tasks.")
+    parser = argparse.ArgumentParser(description="Score a sentence-embedding model on the papers' STS and "
+                                                 "ranking tasks.")
     parser.add_argument("--model", help="model folder (default: the shipped all-MiniLM-L6-v2)")
     parser.add_argument("--tasks", default="all",
                         help=f"comma-separated: all, {', '.join(TASKS)}, rerank:PATH (default: all)")
@@ -496,7 +497,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"model": str(model_dir), "pooling": args.pooling, "data_dir": str(data_dir), **result}, f, indent=2)
+            meta = {"model": str(model_dir), "pooling": args.pooling, "data_dir": str(data_dir)}
+            json.dump({**meta, **result}, f, indent=2)
     return 0
 
 
