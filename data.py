@@ -187,24 +187,27 @@ def ordinary_token_ids(tokenizer: Tokenizer) -> list[int]:
 
 
 class BucketBatchSampler:
-    """Yields lists of corpus indices.
+    """Yields, step by step, this process's share of each batch: a list of (epoch, corpus index) keys.
 
     Each epoch: shuffle the corpus, cut it into pools of `pool_batches` batches, sort each pool by
     length, cut the pool into batches, then shuffle the order of all batches. Sentences in a batch
     have similar lengths (little padding) but which sentences meet is still random.
-    The order depends only on (seed, epoch), so a resumed run can skip exactly the batches it has seen,
-    and `rank`/`world_size` give each distributed process its own share of the batches.
+    The order depends only on (seed, epoch), so a resumed run can skip exactly the batches it has seen.
+    With several processes (`rank` of `world_size`), `batch_size` is the GLOBAL batch: each process
+    takes every world_size-th sentence of it, so N processes see exactly what one process would.
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, bucketing: bool = True,
                  pool_batches: int = 64, rank: int = 0, world_size: int = 1):
+        if len(lengths) < world_size:
+            raise CorpusError(f"the corpus has {len(lengths)} sentences, fewer than the {world_size} processes")
         self.lengths = np.asarray(lengths)
         self.batch_size, self.seed, self.bucketing, self.pool_batches = batch_size, seed, bucketing, pool_batches
         self.rank, self.world_size = rank, world_size
         self.epoch, self.skip = 0, 0
 
     def batches(self, epoch: int) -> list[list[int]]:
-        """Every batch of the epoch, for all ranks, in order."""
+        """Every (global) batch of the epoch, in order."""
         rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(len(self.lengths))
         if self.bucketing:
@@ -214,6 +217,8 @@ class BucketBatchSampler:
                 for chunk in np.array_split(order, range(pool, len(order), pool))
             ])
         batches = [order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
+        if len(batches) > 1 and len(batches[-1]) < self.world_size:  # too small to give every process a share
+            batches[-2] += batches.pop()
         if self.bucketing:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
@@ -223,16 +228,14 @@ class BucketBatchSampler:
         self.epoch, self.skip = epoch, skip
 
     def __len__(self) -> int:
-        """Steps per epoch. Each step every rank takes one batch; the last batch may be smaller."""
-        n_batches = math.ceil(len(self.lengths) / self.batch_size)
-        return math.ceil(n_batches / self.world_size)
+        """Steps per epoch; the last batch may be smaller."""
+        full, tail = divmod(len(self.lengths), self.batch_size)
+        return full + (1 if tail >= self.world_size or full == 0 else 0)  # see the merge in `batches`
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        batches = self.batches(self.epoch)
-        for step in range(self.skip, len(self)):
-            b = step * self.world_size + self.rank
-            batch = batches[b] if b < len(batches) else []  # a rank with nothing left gets an empty batch
-            yield [(self.epoch, i) for i in batch]  # the dataset gets the epoch too: fresh noise every epoch
+        for batch in self.batches(self.epoch)[self.skip :]:
+            # the dataset gets the epoch too: fresh noise every epoch
+            yield [(self.epoch, i) for i in batch[self.rank :: self.world_size]]
 
 
 def token_lengths(tokenizer: Tokenizer, sentences: list[str], max_length: int) -> np.ndarray:

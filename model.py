@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -312,8 +313,8 @@ class TSDAEDecoder(nn.Module):
 
     tie=True (the paper's choice, app. A): embeddings and every per-layer module except cross-attention
     are shared with `encoder`. tie=False: a separate copy initialised from the same weights.
-    LM head: the checkpoint's `cls.predictions` when present, else fresh; its projection is always
-    the (shared) word-embedding matrix.
+    LM head: the checkpoint's `cls.predictions` when present (the encoder itself never uses it), else
+    fresh; its projection onto the vocabulary is always the (shared) word-embedding matrix.
     """
 
     def __init__(self, encoder: Bert, tie: bool = True):
@@ -322,7 +323,7 @@ class TSDAEDecoder(nn.Module):
         source = encoder if tie else copy.deepcopy(encoder)
         self.embeddings = source.embeddings
         self.layers = nn.ModuleList([DecoderLayer(layer, cfg) for layer in source.layers])
-        self.lm_head = copy.deepcopy(encoder.mlm_head) if encoder.mlm_head is not None else MLMHead(cfg)
+        self.lm_head = source.mlm_head if source.mlm_head is not None else MLMHead(cfg)
 
     def forward(self, input_ids: torch.Tensor, sentence_vec: torch.Tensor) -> torch.Tensor:
         """input_ids (B, L), sentence_vec (B, d) -> decoder states (B, L, d). Logits: `logits(states)`."""
@@ -485,9 +486,9 @@ def default_model_path() -> str:
 
 
 def pick_device(name: str | None = None) -> torch.device:
-    """--device auto/None -> CUDA when available, else CPU."""
+    """--device auto/None -> CUDA when available (under torchrun: this process's own GPU), else CPU."""
     if name in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if torch.cuda.is_available() else "cpu"
     return torch.device(name)
 
 
@@ -694,26 +695,71 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
+# Several processes (torchrun): each holds part of every batch. Objectives return the loss of the
+# WHOLE global batch, differentiable in this process's part; DDP then sums the parts' gradients.
+
+
+def init_distributed() -> tuple[int, int]:
+    """(rank, world_size). Under torchrun (RANK/WORLD_SIZE set) joins the process group: NCCL on CUDA, gloo on CPU."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return (dist.get_rank(), world) if world > 1 else (0, 1)
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def global_mean(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """sum / count over the global batch, from this process's `total` and `count`.
+    The other processes' sums enter as constants: each process differentiates its own part."""
+    if world_size() == 1:
+        return total / count
+    others = torch.stack([total.detach().float(), count.float()])
+    dist.all_reduce(others)  # (global sum, global count)
+    return (total + (others[0] - total.detach())) / others[1]
+
+
+def gather_with_local_grad(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate every process's `x` (in rank order); only this process's slice carries gradient."""
+    if world_size() == 1:
+        return x
+    parts = [torch.empty_like(x) for _ in range(world_size())]
+    dist.all_gather(parts, x.detach().contiguous())  # (needs equal shapes: pad first if sizes differ)
+    parts[dist.get_rank()] = x
+    return torch.cat(parts)
+
+
 def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.data.DataLoader, s: TrainSettings,
           device: torch.device) -> dict:
     """The training loop: AdamW steps over `loader` (whose batch_sampler is a data.BucketBatchSampler),
-    with a progress bar, periodic checkpoints, resume, NaN and Ctrl-C handling. Returns the progress dict."""
+    with a progress bar, periodic checkpoints, resume, NaN and Ctrl-C handling. Returns the progress dict.
+    Under torchrun only rank 0 shows progress, logs and writes checkpoints."""
     objective.to(device).train()
     optimizer = make_optimizer(objective, s, device)
     progress = {"step": 0, "epoch": 0, "step_in_epoch": 0, "best": None}
     ckpt = s.out / "checkpoint"
     if s.resume:
         progress = load_training_state(ckpt, objective, optimizer)
-    step_fn = torch.compile(objective) if s.compile else objective
+    world = world_size()
+    main_process = world == 1 or dist.get_rank() == 0
+    step_fn = objective
+    if world > 1:  # one gradient all-reduce per parameter; a tied weight is one parameter
+        step_fn = nn.parallel.DistributedDataParallel(objective, device_ids=[device] if device.type == "cuda" else None)
+    if s.compile:
+        step_fn = torch.compile(step_fn)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(s.amp)
     scaler = torch.amp.GradScaler(device.type, enabled=s.amp == "fp16")
-    log = open(s.out / "log.jsonl", "a", encoding="utf-8")
+    log = open(s.out / "log.jsonl", "a", encoding="utf-8") if main_process else None
     sampler = loader.batch_sampler
-    bar = data.progress(range(progress["step"], s.steps), initial=progress["step"], total=s.steps, desc="train")
+    bar = data.progress(range(progress["step"], s.steps), initial=progress["step"], total=s.steps, desc="train",
+                        disable=None if main_process else True)
     last_saved = progress["step"]
 
     def save() -> None:
-        save_training_state(ckpt, encoder, objective, optimizer, progress)
+        if main_process:
+            save_training_state(ckpt, encoder, objective, optimizer, progress)
 
     try:
         while progress["step"] < s.steps:
@@ -730,7 +776,7 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
                         f"is in {ckpt if ckpt.exists() else '(none yet)'}; try a lower --lr or --amp none"
                     )
                 optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
+                scaler.scale(loss * world).backward()  # DDP averages gradients over processes: undo the 1/world
                 if s.grad_clip:
                     scaler.unscale_(optimizer)
                     torch.nn.utils.clip_grad_norm_(objective.parameters(), s.grad_clip)
@@ -738,16 +784,16 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
                 scaler.update()
                 progress["step"] += 1
                 progress["step_in_epoch"] += 1
-                n = len(next(iter(batch.values())))
-                rate = n / (time.perf_counter() - t0)
+                rate = world * len(next(iter(batch.values()))) / (time.perf_counter() - t0)
                 record = {"step": progress["step"], "loss": loss.item(), "lr": optimizer.param_groups[0]["lr"]}
                 bar.update(1)
                 bar.set_postfix(loss=f"{record['loss']:.4f}", sent_s=f"{rate:.1f}")
-                if s.eval_fn and s.eval_every and progress["step"] % s.eval_every == 0:
+                if main_process and s.eval_fn and s.eval_every and progress["step"] % s.eval_every == 0:
                     record["eval"] = evaluate_and_keep_best(encoder, s, progress)
                     objective.train()
-                log.write(json.dumps(record) + "\n")
-                log.flush()
+                if log:
+                    log.write(json.dumps(record) + "\n")
+                    log.flush()
                 if s.save_every and progress["step"] % s.save_every == 0:
                     save()
                     last_saved = progress["step"]
@@ -759,14 +805,17 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
     except KeyboardInterrupt:
         bar.close()
         save()
-        print(f"\ninterrupted at step {progress['step']}; checkpoint saved to {ckpt} (continue with --resume)")
+        if main_process:
+            print(f"\ninterrupted at step {progress['step']}; checkpoint saved to {ckpt} (continue with --resume)")
         raise SystemExit(130)
     finally:
         bar.close()
-        log.close()
+        if log:
+            log.close()
     if progress["step"] != last_saved or not ckpt.exists():
         save()
-    encoder.save_pretrained(s.out / "model")
+    if main_process:
+        encoder.save_pretrained(s.out / "model")
     return progress
 
 

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 
 import data
 from model import (
-    ModelLoadError, SentenceEncoder, TrainingStopped, TrainSettings, TSDAEDecoder, default_model_path, pick_device,
-    train,
+    ModelLoadError, SentenceEncoder, TrainingStopped, TrainSettings, TSDAEDecoder, default_model_path, global_mean,
+    init_distributed, pick_device, train,
 )
 
 
@@ -39,6 +39,8 @@ class TSDAELoss(nn.Module):
         assert normalisation in ("tokens", "sentence")
         self.encoder = encoder
         self.decoder = TSDAEDecoder(encoder.bert, tie=tie)  # app. A: tied to the encoder
+        if not tie:
+            encoder.bert.mlm_head = None  # the separate decoder has its own copy; the encoder never used it
         self.normalisation = normalisation
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -52,14 +54,17 @@ class TSDAELoss(nn.Module):
         # the vocabulary projection is the costliest matmul: compute it only where there is a label
         logits = self.decoder.logits(states[is_label])  # (T, V), T = real label tokens in the batch
         total = F.cross_entropy(logits.float(), labels[is_label], reduction="sum")
-        return total / (is_label.sum() if self.normalisation == "tokens" else len(original))
+        count = is_label.sum() if self.normalisation == "tokens" else torch.tensor(len(original), device=total.device)
+        return global_mean(total, count)  # = total / count; under torchrun over the whole global batch
 
 
-def make_loader(sentences: list[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device):
+def make_loader(sentences: list[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
+                rank: int = 0, world: int = 1):
     dataset = data.DenoisingDataset(sentences, encoder.tokenizer, encoder.max_length, args.noise, args.noise_ratio,
                                     args.seed)
     lengths = data.token_lengths(encoder.tokenizer, sentences, encoder.max_length)
-    sampler = data.BucketBatchSampler(lengths, args.batch_size, seed=args.seed, bucketing=not args.no_bucketing)
+    sampler = data.BucketBatchSampler(lengths, args.batch_size, seed=args.seed, bucketing=not args.no_bucketing,
+                                      rank=rank, world_size=world)
     workers = args.workers if args.workers is not None else (2 if device.type == "cuda" else 0)
     return torch.utils.data.DataLoader(
         dataset, batch_sampler=sampler, num_workers=workers, pin_memory=device.type == "cuda",
@@ -78,7 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run folder: model/ (the trained encoder), checkpoint/ (to resume), log.jsonl")
     p.add_argument("--epochs", type=int, default=1, help="passes over the corpus (ignored when --steps is given)")
     p.add_argument("--steps", type=int, default=None, help="optimiser steps in total (the paper: 100000)")
-    p.add_argument("--batch-size", type=int, default=8, help="sentences per step (app. B)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="sentences per step (app. B); under torchrun the global batch, split over the processes")
     p.add_argument("--lr", type=float, default=3e-5, help="AdamW learning rate (app. B), constant as in the reference")
     p.add_argument("--max-length", type=int, default=75, help="tokens per sentence, longer lines are truncated")
     p.add_argument("--pooling", default="cls", choices=["cls", "mean", "max"], help="sentence vector (app. A, tab. 7)")
@@ -104,13 +110,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    rank, world = init_distributed()
     torch.manual_seed(args.seed)
     device = pick_device(args.device)
     sentences = data.read_corpus(args.corpus, args.bad_lines)
     encoder = SentenceEncoder.from_pretrained(args.model or default_model_path(), pooling=args.pooling,
                                               max_length=args.max_length)
     objective = TSDAELoss(encoder, tie=not args.untie, normalisation=args.loss_normalisation)
-    loader = make_loader(sentences, encoder, args, device)
+    loader = make_loader(sentences, encoder, args, device, rank, world)
     steps = args.steps or args.epochs * len(loader.batch_sampler)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -122,9 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = TrainSettings(out=out, steps=steps, lr=args.lr, seed=args.seed, amp=args.amp,
                              save_every=args.save_every, eval_every=args.eval_every, eval_fn=eval_fn,
                              resume=args.resume, compile=args.compile)
-    print(f"TSDAE: {len(sentences)} sentences, {steps} steps of {args.batch_size} on {device}; saving to {out}")
+    if rank == 0:
+        print(f"TSDAE: {len(sentences)} sentences, {steps} steps of {args.batch_size} on {world} x {device}; saving to {out}")
     train(encoder, objective, loader, settings, device)
-    print(f"done: encoder saved to {out / 'model'} ({args.pooling} pooling)")
+    if rank == 0:
+        print(f"done: encoder saved to {out / 'model'} ({args.pooling} pooling)")
     return 0
 
 

@@ -1,0 +1,76 @@
+"""torchrun + DDP on CPU (gloo, 2 processes, tiny model): N processes must train exactly like one."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import data
+from model import read_safetensors
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def launch(script: str, nproc: int, *args) -> None:
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    cmd = (launcher if nproc > 1 else [sys.executable]) + [str(ROOT / script), *map(str, args)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                            env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def losses(out: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    assert losses(a) == pytest.approx(losses(b), abs=1e-5)
+    wa, wb = read_safetensors(a / "model" / "model.safetensors"), read_safetensors(b / "model" / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert (wa[k] - wb[k]).abs().max() < 1e-5, k
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, sts_sentences) -> Path:
+    path = tmp_path_factory.mktemp("ddp") / "corpus.txt"
+    path.write_text("\n".join(sts_sentences[:37]) + "\n", encoding="utf-8")  # 37: the last batch is partial
+    return path
+
+
+def test_sampler_shards_cover_the_corpus_exactly_once():
+    lengths = [len(str(i)) + i % 7 for i in range(103)]
+    for world in (1, 2, 3):
+        for epoch in (0, 1):
+            seen = []
+            for rank in range(world):
+                s = data.BucketBatchSampler(lengths, 8, seed=5, rank=rank, world_size=world)
+                s.set_epoch(epoch)
+                shares = list(s)
+                assert len(shares) == len(s) and all(shares)  # every process gets a non-empty share every step
+                seen += [i for share in shares for _, i in share]
+            assert sorted(seen) == list(range(103))
+
+
+def test_two_processes_train_like_one_tsdae(tiny_model_dir, corpus, tmp_path):
+    common = ["--corpus", corpus, "--model", tiny_model_dir, "--batch-size", 8, "--steps", 6, "--lr", 1e-3,
+              "--device", "cpu"]
+    launch("tsdae.py", 1, *common, "--out", tmp_path / "one")
+    launch("tsdae.py", 2, *common, "--out", tmp_path / "two")
+    assert_same_run(tmp_path / "one", tmp_path / "two")
+
+
+def test_checkpoint_written_once_and_resumable_on_any_number_of_processes(tiny_model_dir, corpus, tmp_path):
+    common = ["--corpus", corpus, "--model", tiny_model_dir, "--batch-size", 8, "--lr", 1e-3, "--device", "cpu",
+              "--save-every", 3]
+    launch("tsdae.py", 1, *common, "--steps", 8, "--out", tmp_path / "straight")
+    launch("tsdae.py", 2, *common, "--steps", 3, "--out", tmp_path / "a")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["checkpoint", "log.jsonl", "model"]
+    state = torch.load(tmp_path / "a" / "checkpoint" / "training_state.pt", weights_only=False)
+    assert state["progress"]["step"] == 3
+    # continue on 1 process, then on 2 again
+    launch("tsdae.py", 1, *common, "--steps", 6, "--resume", "--out", tmp_path / "a")
+    launch("tsdae.py", 2, *common, "--steps", 8, "--resume", "--out", tmp_path / "a")
+    assert_same_run(tmp_path / "straight", tmp_path / "a")
