@@ -1,6 +1,6 @@
 """Text in, tensors out: tokenisation, corpus reading, TSDAE noise, length-bucketed batches.
 
-  load_tokenizer / tokenize / pad      - WordPiece ids, padded to a multiple of 8
+  load_tokenizer / tokenize / pad      - WordPiece ids, padded per batch
   read_corpus                          - one sentence per line, with clear errors for bad files
   NOISE (delete, swap, mask, ...)      - TSDAE §3.1 / app. A: damage a sentence word by word
   BucketBatchSampler                   - batches of similar length, shuffled, resumable, shardable
@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -62,8 +63,8 @@ def tokenize(tokenizer: Tokenizer, sentences: list[str], max_length: int) -> lis
     return [truncate(e.ids, max_length) for e in tokenizer.encode_batch(sentences)]
 
 
-def pad(batch: Sequence[Sequence[int]], pad_id: int, multiple: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad to the longest sequence, rounded up to a multiple of 8 (tensor cores like it).
+def pad(batch: Sequence[Sequence[int]], pad_id: int, multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad to the longest sequence, rounded up to a multiple of `multiple`.
     Returns input_ids and attention_mask, both (B, L) int64; mask 1 = real token."""
     L = math.ceil(max(len(s) for s in batch) / multiple) * multiple
     ids = torch.full((len(batch), L), pad_id, dtype=torch.long)
@@ -199,8 +200,9 @@ class BucketBatchSampler:
 
     def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, bucketing: bool = True,
                  pool_batches: int = 64, rank: int = 0, world_size: int = 1):
-        if len(lengths) < world_size:
-            raise CorpusError(f"the corpus has {len(lengths)} sentences, fewer than the {world_size} processes")
+        if min(len(lengths), batch_size) < world_size:
+            raise CorpusError(f"the batch ({batch_size}) and the corpus ({len(lengths)} sentences) must have at least "
+                              f"one sentence for each of the {world_size} processes")
         self.lengths = np.asarray(lengths)
         self.batch_size, self.seed, self.bucketing, self.pool_batches = batch_size, seed, bucketing, pool_batches
         self.rank, self.world_size = rank, world_size
@@ -217,8 +219,9 @@ class BucketBatchSampler:
                 for chunk in np.array_split(order, range(pool, len(order), pool))
             ])
         batches = [order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
-        if len(batches) > 1 and len(batches[-1]) < self.world_size:  # too small to give every process a share
-            batches[-2] += batches.pop()
+        if len(batches) > 1 and len(batches[-1]) < self.batch_size:
+            last = batches.pop()
+            batches[-1] += last  # a short last batch joins the one before (one sentence has no negatives)
         if self.bucketing:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
@@ -228,14 +231,36 @@ class BucketBatchSampler:
         self.epoch, self.skip = epoch, skip
 
     def __len__(self) -> int:
-        """Steps per epoch; the last batch may be smaller."""
-        full, tail = divmod(len(self.lengths), self.batch_size)
-        return full + (1 if tail >= self.world_size or full == 0 else 0)  # see the merge in `batches`
+        """Steps per epoch (the last batch may be up to twice as large, see `batches`)."""
+        return max(1, len(self.lengths) // self.batch_size)
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         for batch in self.batches(self.epoch)[self.skip :]:
             # the dataset gets the epoch too: fresh noise every epoch
             yield [(self.epoch, i) for i in batch[self.rank :: self.world_size]]
+
+
+def make_loader(dataset: torch.utils.data.Dataset, lengths: Sequence[int], collate: Callable, pad_id: int,
+                batch_size: int, seed: int, device: torch.device, bucketing: bool = True, workers: int | None = None,
+                rank: int = 0, world_size: int = 1) -> torch.utils.data.DataLoader:
+    """A DataLoader over length-bucketed batches (BucketBatchSampler) of `dataset`, whose items are built
+    (tokenised, damaged) in `workers` background processes: by default 2 on CUDA, none on CPU, where the
+    two would compete with the model for the cores. Pinned memory on CUDA for non_blocking copies."""
+    sampler = BucketBatchSampler(lengths, batch_size, seed=seed, bucketing=bucketing, rank=rank, world_size=world_size)
+    return torch.utils.data.DataLoader(
+        dataset, batch_sampler=sampler, num_workers=workers if workers is not None else 2 * (device.type == "cuda"),
+        pin_memory=device.type == "cuda",
+        collate_fn=functools.partial(collate, pad_id=pad_id, multiple=pad_multiple(device)),
+        # its own generator: starting an epoch draws from it, not from the global RNG that dropout and the
+        # ConSERT views use, so a resumed run draws exactly what an uninterrupted one would
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
+def pad_multiple(device: torch.device) -> int:
+    """Round padded lengths up to a multiple of 8 on CUDA (tensor-core friendly shapes). On CPU every
+    extra position is pure extra work, so pad only to the longest sentence."""
+    return 8 if device.type == "cuda" else 1
 
 
 def token_lengths(tokenizer: Tokenizer, sentences: list[str], max_length: int) -> np.ndarray:
@@ -272,9 +297,9 @@ class DenoisingDataset(torch.utils.data.Dataset):
         return truncate(join(damaged), self.max_length), truncate(join(words), self.max_length)
 
 
-def collate_pairs(items: list[tuple[list[int], list[int]]], pad_id: int = 0) -> dict[str, torch.Tensor]:
-    """Pad damaged and original ids separately (each to its own longest, a multiple of 8)."""
-    damaged_ids, damaged_mask = pad([d for d, _ in items], pad_id)
-    original_ids, original_mask = pad([o for _, o in items], pad_id)
+def collate_pairs(items: list[tuple[list[int], list[int]]], pad_id: int = 0, multiple: int = 1) -> dict[str, torch.Tensor]:
+    """Pad damaged and original ids separately, each to its own longest (rounded up to `multiple`)."""
+    damaged_ids, damaged_mask = pad([d for d, _ in items], pad_id, multiple)
+    original_ids, original_mask = pad([o for _, o in items], pad_id, multiple)
     return {"damaged_ids": damaged_ids, "damaged_mask": damaged_mask,
             "original_ids": original_ids, "original_mask": original_mask}

@@ -536,7 +536,7 @@ class SentenceEncoder(nn.Module):
         out = torch.empty(len(ids), self.bert.cfg.hidden_size)
         batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         for batch in data.progress(batches, desc="encode", disable=not show_progress):
-            input_ids, mask = data.pad([ids[i] for i in batch], self.bert.cfg.pad_token_id)
+            input_ids, mask = data.pad([ids[i] for i in batch], self.bert.cfg.pad_token_id, data.pad_multiple(self.device))
             input_ids, mask = input_ids.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
             out[batch] = self(input_ids, mask).float().cpu()
         self.train(was_training)
@@ -722,11 +722,16 @@ def global_mean(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
 
 
 def gather_with_local_grad(x: torch.Tensor) -> torch.Tensor:
-    """Concatenate every process's `x` (in rank order); only this process's slice carries gradient."""
+    """Every process's rows of `x` (N_r, d), concatenated in rank order. Only this process's rows carry
+    gradient; each process differentiates its own part (see global_mean). Shares may differ in size by one."""
     if world_size() == 1:
         return x
-    parts = [torch.empty_like(x) for _ in range(world_size())]
-    dist.all_gather(parts, x.detach().contiguous())  # (needs equal shapes: pad first if sizes differ)
+    sizes = [torch.zeros(1, dtype=torch.long, device=x.device) for _ in range(world_size())]
+    dist.all_gather(sizes, torch.tensor([len(x)], device=x.device))
+    longest = int(max(sizes))
+    parts = [torch.empty(longest, *x.shape[1:], dtype=x.dtype, device=x.device) for _ in sizes]
+    dist.all_gather(parts, F.pad(x.detach(), (0, 0, 0, longest - len(x))))  # all_gather needs equal shapes
+    parts = [part[: int(n)] for part, n in zip(parts, sizes)]
     parts[dist.get_rank()] = x
     return torch.cat(parts)
 

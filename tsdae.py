@@ -10,7 +10,6 @@ must carry the sentence's meaning. After training the decoder is thrown away.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 from pathlib import Path
 
@@ -59,17 +58,13 @@ class TSDAELoss(nn.Module):
 
 
 def make_loader(sentences: list[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
-                rank: int = 0, world: int = 1):
+                rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
+    """(damaged, original) batches, length-bucketed on the original sentences."""
     dataset = data.DenoisingDataset(sentences, encoder.tokenizer, encoder.max_length, args.noise, args.noise_ratio,
                                     args.seed)
     lengths = data.token_lengths(encoder.tokenizer, sentences, encoder.max_length)
-    sampler = data.BucketBatchSampler(lengths, args.batch_size, seed=args.seed, bucketing=not args.no_bucketing,
-                                      rank=rank, world_size=world)
-    workers = args.workers if args.workers is not None else (2 if device.type == "cuda" else 0)
-    return torch.utils.data.DataLoader(
-        dataset, batch_sampler=sampler, num_workers=workers, pin_memory=device.type == "cuda",
-        collate_fn=functools.partial(data.collate_pairs, pad_id=encoder.bert.cfg.pad_token_id),
-    )
+    return data.make_loader(dataset, lengths, data.collate_pairs, encoder.bert.cfg.pad_token_id, args.batch_size,
+                            args.seed, device, not args.no_bucketing, args.workers, rank, world)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -74,3 +74,15 @@ def test_checkpoint_written_once_and_resumable_on_any_number_of_processes(tiny_m
     launch("tsdae.py", 1, *common, "--steps", 6, "--resume", "--out", tmp_path / "a")
     launch("tsdae.py", 2, *common, "--steps", 8, "--resume", "--out", tmp_path / "a")
     assert_same_run(tmp_path / "straight", tmp_path / "a")
+
+
+def test_two_processes_train_like_one_consert_with_gathered_negatives(tiny_model_dir, corpus, tmp_path):
+    # the views draw their randomness per process, so equality needs deterministic views: with dropout off
+    # and no augmentation the two views coincide, and the test isolates the gathered negatives
+    common = ["--corpus", corpus, "--model", tiny_model_dir, "--batch-size", 12, "--steps", 5, "--lr", 1e-3,
+              "--device", "cpu", "--view1", "none", "--view2", "none", "--encoder-dropout", "off"]
+    launch("consert.py", 1, *common, "--out", tmp_path / "one")
+    launch("consert.py", 2, *common, "--out", tmp_path / "two")
+    assert_same_run(tmp_path / "one", tmp_path / "two")
+    launch("consert.py", 2, *common, "--local-negatives", "--out", tmp_path / "local")
+    assert losses(tmp_path / "local")[0] < losses(tmp_path / "one")[0]  # fewer negatives: an easier task

@@ -52,14 +52,16 @@ def test_pooling_ignores_padding():
     torch.testing.assert_close(pool(h, mask, "cls"), h[:, 0])
 
 
-def test_pad_rounds_to_multiple_of_8_and_truncate_keeps_sep(minilm_path):
+def test_pad_to_longest_or_multiple_of_8_and_truncate_keeps_sep(minilm_path):
     tok = data.load_tokenizer(minilm_path)
     ids = data.tokenize(tok, ["a b c", "word " * 300], max_length=20)
     assert len(ids[0]) == 5 and len(ids[1]) == 20
     assert ids[1][0] == 101 and ids[1][-1] == 102  # [CLS] ... [SEP]
-    input_ids, mask = data.pad(ids, pad_id=0)
+    input_ids, mask = data.pad(ids, pad_id=0, multiple=8)
     assert input_ids.shape == (2, 24) and mask.sum(1).tolist() == [5, 20]
-    assert data.pad([[1] * 9], 0)[0].shape == (1, 16)
+    assert (input_ids[0, 5:] == 0).all() and (mask[0, 5:] == 0).all()
+    assert data.pad([[1] * 9], 0, multiple=8)[0].shape == (1, 16)
+    assert data.pad(ids, 0)[0].shape == (2, 20)  # CPU default: the longest, no rounding
 
 
 def test_vocab_txt_tokenizer_equals_tokenizer_json(minilm_path, tmp_path, sts_sentences):

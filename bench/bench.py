@@ -1,0 +1,614 @@
+"""Side-by-side benchmark: this repo against sentence-transformers, on the same data, model and threads.
+
+    python bench/bench.py                 # the full run (a few minutes on 2 CPU cores)
+    python bench/bench.py --quick         # a smoke test (tiny settings, about a minute)
+    python bench/bench.py --only ours     # without sentence-transformers
+    python bench/bench.py --device cuda   # the same bench on a GPU
+
+What is measured (each row of the table)
+----------------------------------------
+  TSDAE training   sentences/s of optimizer steps (batch 8, max length 75, AdamW lr 3e-5, grad clip 1.0).
+                   Ours: tsdae.TSDAELoss, length-bucketed batches (data.BucketBatchSampler), padding to a
+                   multiple of 8 (data.collate_pairs). Theirs: DenoisingAutoEncoderLoss(tie_encoder_decoder=True)
+                   on a SentenceTransformer(Transformer(max_seq_length=75), Pooling('cls')), batches in random
+                   order padded to the longest sentence, as the library's own loader would give them.
+                   Both get the SAME (damaged, original) token ids, built once here with data.DenoisingDataset
+                   (deletion, ratio 0.6, seed 0), and the timed steps see the same set of sentences.
+                   The loss is the same: cross-entropy averaged over the batch's non-pad label tokens.
+  encode           sentences/s of SentenceEncoder.encode vs SentenceTransformer.encode (batch 64, the model's
+                   max length 256, tokenisation included), on the same sentences.
+  ConSERT training sentences/s of optimizer steps of our ConSERT objective (no reference to compare with).
+  matmul peak      a large square matmul (fp32 unless --amp) timed in the same run with the same threads:
+                   the denominator of "% of peak".
+
+How
+---
+Every measurement runs in its own fresh child process (this file with --_job), which sets
+torch.set_num_threads(--threads) (and RAYON_NUM_THREADS for the Rust tokenizer), warms up untimed, then
+times with torch.cuda.synchronize() around the clock on CUDA. Peak memory is that child's own peak:
+resource.getrusage(RUSAGE_SELF).ru_maxrss (whole process, imports and model loading included), and on CUDA
+also torch.cuda.max_memory_allocated(). The systems are interleaved: every round runs each of them once,
+ours and theirs alternating which goes first, and the table shows the median over --rounds rounds with
+the min-max range, so slow drift of a shared machine hits both sides alike.
+
+How FLOPs are counted (useful work only)
+----------------------------------------
+2 FLOPs per multiply-accumulate of every matmul the step needs on REAL (non-pad) tokens; padding,
+recomputation, embeddings lookups, LayerNorm, GELU, softmax and the optimizer are not counted.
+See `encoder_macs`, `decoder_macs`. For a sentence of n real tokens, hidden size d, feed-forward size f,
+vocabulary V, per layer:
+  projections Q, K, V, out   4 n d^2
+  feed-forward               2 n d f
+  attention scores QK^T      n^2 d      (all heads together)
+  attention values PV        n^2 d
+TSDAE decoder on the original sentence: m = n_original - 1 positions (= its label tokens); causal
+self-attention is counted as the full m x m (what a fused kernel computes; the causal half would be
+m(m+1)/2); cross-attention: Q and out projections on m tokens (2 m d^2), K and V projections on the
+memory of length 1 (2 d^2), scores and values over 1 key (2 m d); then the LM head: transform m d^2
+and vocabulary projection m d V. Training = 3 x forward (backward costs two forward matmuls).
+encode = forward only. The same count is used for both systems (same data), so the GFLOP/s ratio
+equals the sentences/s ratio: the library does more arithmetic (on padding) but gets no credit for it.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import json
+import os
+import platform
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+import data  # noqa: E402
+import model  # noqa: E402
+
+TRAIN_BATCH, TRAIN_MAX_LENGTH, LR, GRAD_CLIP = 8, 75, 3e-5, 1.0
+ENCODE_BATCH = 64
+NOISE_RATIO, SEED = 0.6, 0
+
+
+# ----------------------------------------------------------------------------
+# The corpus: STS-benchmark train sentences
+
+
+def read_sts_train(data_dir: Path) -> list[str]:
+    """Both sentences of every row of sts-train.csv (tab-separated, columns 5 and 6, no quoting), unique, in order."""
+    path = Path(data_dir) / "stsbenchmark" / "sts-train.csv"
+    if not path.exists():
+        sys.exit(f"error: {path} not found; pass --data-dir (the folder that holds stsbenchmark/) or set EVAL_DATA_DIR")
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return list(dict.fromkeys(s.strip() for r in rows for s in (r[5], r[6]) if s.strip()))
+
+
+# ----------------------------------------------------------------------------
+# Useful FLOPs (see the module docstring)
+
+
+def encoder_macs(n: int, cfg: model.BertConfig) -> int:
+    """Multiply-accumulates of one encoder forward pass over a sentence of n real tokens."""
+    d, f = cfg.hidden_size, cfg.intermediate_size
+    per_layer = n * (4 * d * d + 2 * d * f) + 2 * n * n * d  # projections + feed-forward, scores + values
+    return cfg.num_hidden_layers * per_layer
+
+
+def decoder_macs(m: int, cfg: model.BertConfig) -> int:
+    """Multiply-accumulates of one TSDAE decoder forward pass with m positions (= m label tokens)."""
+    d, f, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    self_block = m * (4 * d * d + 2 * d * f) + 2 * m * m * d  # causal counted as the full m x m
+    cross = 2 * m * d * d + 2 * d * d + 2 * m * d  # Q, out on m tokens; K, V on the 1-vector memory; 1 key
+    lm_head = m * d * d + m * d * V  # transform + vocabulary projection, label tokens only
+    return cfg.num_hidden_layers * (self_block + cross) + lm_head
+
+
+def tsdae_step_flops(damaged_lengths: list[int], original_lengths: list[int], cfg: model.BertConfig) -> int:
+    """Useful FLOPs of TSDAE training steps: encoder on damaged tokens, decoder on original ones, x3 for backward."""
+    macs = sum(encoder_macs(n, cfg) for n in damaged_lengths) + sum(decoder_macs(n - 1, cfg) for n in original_lengths)
+    return 3 * 2 * macs
+
+
+def encode_flops(lengths: list[int], cfg: model.BertConfig) -> int:
+    """Useful FLOPs of encoding: one forward pass, no backward."""
+    return 2 * sum(encoder_macs(n, cfg) for n in lengths)
+
+
+def consert_step_flops(lengths: list[int], cfg: model.BertConfig, views: int = 2) -> int:
+    """ConSERT: `views` augmented copies of each sentence through the encoder, x3 for backward.
+    (Views that change length, like token cutoff, are counted at the original length.)"""
+    return 3 * views * 2 * sum(encoder_macs(n, cfg) for n in lengths)
+
+
+# ----------------------------------------------------------------------------
+# Helpers that run inside a child process
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_memory(device: torch.device) -> dict:
+    """This process's peak resident memory in MB (ru_maxrss is KiB on Linux, bytes on macOS), plus CUDA's."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = {"peak_rss_mb": rss / 2**20 if sys.platform == "darwin" else rss / 2**10}
+    if device.type == "cuda":
+        out["peak_gpu_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return out
+
+
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def optimizer_steps(loss_fn, params: list, optimizer, batches, steps: int, device: torch.device, amp: str,
+                    scaler) -> list[float]:
+    """The plain training loop, the same for both systems: forward, backward, clip, AdamW step.
+    Takes `steps` batches from the iterator `batches` (collation happens inside it, so it is timed too)."""
+    dtype = AMP_DTYPES[amp]
+    losses = []
+    for _ in range(steps):
+        batch = next(batches)
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            loss = loss_fn(batch)
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP)
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(loss.item())  # both loops log the loss each step (one device sync per step on CUDA)
+    return losses
+
+
+def timed_training(loss_fn, params, optimizer, batches, warmup: int, steps: int, n_sentences: int, device,
+                   amp) -> dict:
+    """`warmup` untimed steps, then `steps` timed ones, all from one iterator over `batches` (so DataLoader
+    workers start before the clock does)."""
+    batches = iter(batches)
+    scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
+    optimizer_steps(loss_fn, params, optimizer, batches, warmup, device, amp, scaler)
+    sync(device)
+    t0 = time.perf_counter()
+    losses = optimizer_steps(loss_fn, params, optimizer, batches, steps, device, amp, scaler)
+    sync(device)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "sentences": n_sentences, "mean_loss": sum(losses) / len(losses)}
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+# ----------------------------------------------------------------------------
+# The jobs. Each runs in a fresh child process: `spec` is the settings, `work` the shared prepared data.
+
+
+def job_matmul(spec: dict, work: dict, device: torch.device) -> dict:
+    """Peak: the best of a few timed runs of an n x n @ n x n matmul, in the compute dtype."""
+    n = spec["matmul_n"]
+    dtype = AMP_DTYPES[spec["amp"]] or torch.float32
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    c = torch.empty(n, n, device=device, dtype=dtype)
+    for _ in range(2):
+        torch.mm(a, b, out=c)
+    sync(device)
+    t0 = time.perf_counter()  # calibrate: repetitions for about 0.5 s per trial
+    torch.mm(a, b, out=c)
+    sync(device)
+    reps = max(1, int(0.5 / max(time.perf_counter() - t0, 1e-6)))
+    best = 0.0
+    for _ in range(spec["matmul_trials"]):
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            torch.mm(a, b, out=c)
+        sync(device)
+        best = max(best, 2 * n**3 * reps / (time.perf_counter() - t0))
+    return {"gflops": best / 1e9, "n": n, "dtype": str(dtype).replace("torch.", "")}
+
+
+class _PairsByKey(torch.utils.data.Dataset):
+    """The prepared pairs, indexed the way data.BucketBatchSampler asks: by (epoch, i)."""
+
+    def __init__(self, pairs):
+        self.pairs = pairs
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def __getitem__(self, key):
+        return self.pairs[key[1]]
+
+
+def our_tsdae_batches(work: dict, encoder, device: torch.device):
+    """Our batches exactly as `python tsdae.py` would make them (tsdae.make_loader with the CLI's defaults:
+    length buckets, its padding, workers and pinned memory on CUDA), but over the prepared pairs, so the
+    noise is not drawn inside the timed loop. Returns (batch order, loader factory)."""
+    import tsdae
+
+    args = tsdae.parse_args(["--corpus", "unused", "--max-length", str(TRAIN_MAX_LENGTH)])
+    reference = tsdae.make_loader(work["train_sentences"], encoder, args, device)
+    order = reference.batch_sampler.batches(0)
+    loader = lambda batches: torch.utils.data.DataLoader(
+        _PairsByKey(work["pairs"]), batch_sampler=[[(0, i) for i in b] for b in batches],
+        num_workers=reference.num_workers, pin_memory=reference.pin_memory, collate_fn=reference.collate_fn,
+    )
+    return order, loader
+
+
+def their_tsdae_batches(work: dict) -> tuple[list[list[int]], Callable]:
+    """The library's way: batches in random order, each side padded to its own longest sentence
+    (no multiple-of-8), with token_type_ids, as sentence-transformers' collator gives them."""
+    pairs = work["pairs"]
+    order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(SEED)).tolist()
+    batches = [order[i : i + TRAIN_BATCH] for i in range(0, len(order), TRAIN_BATCH)]
+
+    def features(seqs):
+        ids, mask = data.pad(seqs, pad_id=0, multiple=1)
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+    def collated(batch_list):
+        for b in batch_list:
+            yield [features([pairs[i][0] for i in b]), features([pairs[i][1] for i in b])]
+
+    return batches, collated
+
+
+def job_train_ours(spec: dict, work: dict, device: torch.device) -> dict:
+    from tsdae import TSDAELoss
+
+    torch.manual_seed(SEED)
+    encoder = model.SentenceEncoder.from_pretrained(spec["model"], pooling="cls", max_length=TRAIN_MAX_LENGTH)
+    objective = TSDAELoss(encoder, tie=True).to(device).train()
+    settings = model.TrainSettings(out=Path("."), steps=1, lr=LR, compile=spec["compile"])
+    optimizer = model.make_optimizer(objective, settings, device)
+    step_fn = torch.compile(objective) if spec["compile"] else objective
+    order, loader = our_tsdae_batches(work, encoder, device)
+    loss_fn = lambda batch: step_fn(to_device(batch, device))
+    return timed_training(loss_fn, list(objective.parameters()), optimizer, loader(order[: spec["warmup"]] + order),
+                          spec["warmup"], len(order), len(work["pairs"]), device, spec["amp"])
+
+
+def job_train_theirs(spec: dict, work: dict, device: torch.device) -> dict:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.losses import DenoisingAutoEncoderLoss
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    torch.manual_seed(SEED)
+    transformer = Transformer(spec["model"], max_seq_length=TRAIN_MAX_LENGTH)
+    st = SentenceTransformer(modules=[transformer, Pooling(transformer.get_embedding_dimension(), "cls")],
+                             device=str(device))
+    loss_module = DenoisingAutoEncoderLoss(st, tie_encoder_decoder=True).to(device).train()
+    optimizer = torch.optim.AdamW(loss_module.parameters(), lr=LR, weight_decay=0.0)
+    order, collated = their_tsdae_batches(work)
+    loss_fn = lambda feats: loss_module([to_device(f, device) for f in feats], None)
+    return timed_training(loss_fn, list(loss_module.parameters()), optimizer, collated(order[: spec["warmup"]] + order),
+                          spec["warmup"], len(order), len(work["pairs"]), device, spec["amp"])
+
+
+def job_encode_ours(spec: dict, work: dict, device: torch.device) -> dict:
+    encoder = model.SentenceEncoder.from_pretrained(spec["model"]).to(device)
+    sentences = work["encode_sentences"]
+    encoder.encode(sentences[:ENCODE_BATCH * 2], batch_size=ENCODE_BATCH)  # warm-up
+    sync(device)
+    t0 = time.perf_counter()
+    vectors = encoder.encode(sentences, batch_size=ENCODE_BATCH)
+    sync(device)
+    return {"seconds": time.perf_counter() - t0, "sentences": len(sentences), "dim": vectors.shape[1]}
+
+
+def job_encode_theirs(spec: dict, work: dict, device: torch.device) -> dict:
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(spec["model"], device=str(device))
+    sentences = work["encode_sentences"]
+    st.encode(sentences[:ENCODE_BATCH * 2], batch_size=ENCODE_BATCH)  # warm-up
+    sync(device)
+    t0 = time.perf_counter()
+    vectors = st.encode(sentences, batch_size=ENCODE_BATCH)
+    sync(device)
+    return {"seconds": time.perf_counter() - t0, "sentences": len(sentences), "dim": vectors.shape[1]}
+
+
+def job_consert_ours(spec: dict, work: dict, device: torch.device) -> dict:
+    """Our ConSERT objective with consert.py's defaults for unlabelled sentences: views feature cutoff 0.2 and
+    token shuffle, temperature 0.1, encoder dropout off; batches of TRAIN_BATCH sentences, max length 75."""
+    import consert
+
+    torch.manual_seed(SEED)
+    encoder = model.SentenceEncoder.from_pretrained(spec["model"], pooling="mean", max_length=TRAIN_MAX_LENGTH)
+    consert.switch_off_dropout(encoder)
+    objective = consert.ConSERTLoss(encoder, (("feature_cutoff", 0.2), ("shuffle", 0.2))).to(device).train()
+    settings = model.TrainSettings(out=Path("."), steps=1, lr=LR)
+    optimizer = model.make_optimizer(objective, settings, device)
+    ids = work["consert_ids"]
+    order = data.BucketBatchSampler([len(s) for s in ids], TRAIN_BATCH, seed=SEED).batches(0)
+
+    def collated(batch_list):
+        for b in batch_list:
+            yield to_device(consert.collate_sentences([ids[i] for i in b], encoder.bert.cfg.pad_token_id), device)
+
+    return timed_training(objective, list(objective.parameters()), optimizer, collated(order[: spec["warmup"]] + order),
+                          spec["warmup"], len(order), len(ids), device, spec["amp"])
+
+
+JOBS = {
+    "matmul": job_matmul,
+    "train_ours": job_train_ours, "train_theirs": job_train_theirs,
+    "encode_ours": job_encode_ours, "encode_theirs": job_encode_theirs,
+    "consert_ours": job_consert_ours,
+}
+
+
+def run_job(spec_path: str) -> None:
+    """Child-process entry point: run one job and write its result (with this process's peak memory) as JSON."""
+    spec = json.loads(Path(spec_path).read_text())
+    torch.set_num_threads(spec["threads"])
+    device = torch.device(spec["device"])
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    work = json.loads(Path(spec["work"]).read_text())
+    result = JOBS[spec["job"]](spec, work, device)
+    result.update(peak_memory(device))
+    Path(spec["result"]).write_text(json.dumps(result))
+
+
+# ----------------------------------------------------------------------------
+# The parent: prepare the data once, run the jobs interleaved, print the table
+
+
+def prepare(args, tokenizer, sentences: list[str], n_train: int) -> dict:
+    """The shared inputs, built once: TSDAE (damaged, original) pairs, sentences to encode, ConSERT ids."""
+    rng = random.Random(SEED)
+    picked = rng.sample(sentences, min(n_train, len(sentences)))
+    dataset = data.DenoisingDataset(picked, tokenizer, TRAIN_MAX_LENGTH, "delete", NOISE_RATIO, SEED)
+    pairs = [dataset[(0, i)] for i in range(len(picked))]
+    encode_sentences = random.Random(SEED + 1).sample(sentences, min(args.encode_sentences, len(sentences)))
+    return {
+        "train_sentences": picked,
+        "pairs": pairs,
+        "encode_sentences": encode_sentences,
+        "consert_ids": data.tokenize(tokenizer, picked, TRAIN_MAX_LENGTH),
+    }
+
+
+def tokens_computed(work: dict, encoder) -> dict:
+    """Tokens per sentence that each system's TSDAE step actually runs through the encoder, the decoder
+    layers and the LM head (padding included), next to the real ones: where the speed-up comes from."""
+    pairs, n = work["pairs"], len(work["pairs"])
+    real = {"encoder": sum(len(d) for d, _ in pairs) / n, "decoder": sum(len(o) - 1 for _, o in pairs) / n}
+    real["lm_head"] = real["decoder"]
+    order, loader = our_tsdae_batches(work, encoder, torch.device("cpu"))
+    ours = dict.fromkeys(real, 0)
+    for b in loader(order):
+        ours["encoder"] += b["damaged_ids"].numel()
+        ours["decoder"] += b["original_ids"][:, 1:].numel()
+        ours["lm_head"] += int(b["original_mask"][:, 1:].sum())  # TSDAELoss: label positions only
+    batches, collated = their_tsdae_batches(work)
+    theirs = dict.fromkeys(real, 0)
+    for source, target in collated(batches):
+        theirs["encoder"] += source["input_ids"].numel()
+        positions = target["input_ids"][:, 1:].numel()
+        theirs["decoder"] += positions
+        theirs["lm_head"] += positions  # logits at every position, padding included
+    return {"real": real, "ours": {k: v / n for k, v in ours.items()}, "theirs": {k: v / n for k, v in theirs.items()}}
+
+
+def child_env(threads: int) -> dict:
+    env = dict(os.environ)
+    env.update(RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true" if threads > 1 else "false",
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
+    return env
+
+
+def spawn(job: str, base_spec: dict, tmp: Path, tag: str) -> dict:
+    spec = {**base_spec, "job": job, "result": str(tmp / f"{tag}.result.json")}
+    spec_path = tmp / f"{tag}.spec.json"
+    spec_path.write_text(json.dumps(spec))
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--_job", str(spec_path)], capture_output=True, text=True,
+                          env=child_env(base_spec["threads"]))
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-6:])
+        return {"error": f"exit {proc.returncode}: {tail}"}
+    result = json.loads(Path(spec["result"]).read_text())
+    result["process_seconds"] = time.perf_counter() - t0
+    return result
+
+
+def summarise(runs: list[dict], flops: int | None, peak_gflops: float | None) -> dict:
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return {"error": runs[0]["error"] if runs else "not run"}
+    rates = [r["sentences"] / r["seconds"] for r in ok]
+    out = {"rate_median": statistics.median(rates), "rate_min": min(rates), "rate_max": max(rates), "runs": runs,
+           "peak_rss_mb": max(r["peak_rss_mb"] for r in ok)}
+    if "peak_gpu_mb" in ok[0]:
+        out["peak_gpu_mb"] = max(r["peak_gpu_mb"] for r in ok)
+    if flops is not None:
+        seconds = statistics.median(r["seconds"] for r in ok)
+        out["gflops"] = flops / seconds / 1e9
+        if peak_gflops:
+            out["fraction_of_peak"] = out["gflops"] / peak_gflops
+    return out
+
+
+def machine_description(device: torch.device, threads: int) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    text = f"{cpu}, {os.cpu_count()} logical CPUs, {threads} torch threads, torch {torch.__version__}"
+    if device.type == "cuda":
+        text = f"GPU {torch.cuda.get_device_name(device)} ({text})"
+    return text
+
+
+def print_table(rows: list[tuple[str, dict, str | None]], device: torch.device, peak: dict) -> None:
+    gpu = device.type == "cuda"
+    head = ["system", "sentences/s median [min-max]", "ours / theirs", "peak RSS MB"]
+    head += ["peak GPU MB"] if gpu else []
+    head += ["useful GFLOP/s", "% of matmul peak"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for name, s, ratio in rows:
+        if "error" in s:
+            print(f"| {name} | failed: {s['error'].splitlines()[-1][:100]} |" + " |" * (len(head) - 2))
+            continue
+        cells = [name, f"{s['rate_median']:.1f} [{s['rate_min']:.1f}-{s['rate_max']:.1f}]", ratio or "",
+                 f"{s['peak_rss_mb']:.0f}"]
+        cells += [f"{s['peak_gpu_mb']:.0f}"] if gpu else []
+        cells += [f"{s['gflops']:.1f}" if "gflops" in s else "",
+                  f"{100 * s['fraction_of_peak']:.0f}%" if "fraction_of_peak" in s else ""]
+        print("| " + " | ".join(cells) + " |")
+    if "error" in peak:
+        print(f"| matmul peak | failed: {peak['error'].splitlines()[-1][:100]} |" + " |" * (len(head) - 2))
+    else:
+        gflops = [r["gflops"] for r in peak["runs"]]
+        cells = [f"matmul {peak['runs'][0]['n']}^3 {peak['runs'][0]['dtype']} (peak)", "", "", ""]
+        cells += [""] if gpu else []
+        cells += [f"{statistics.median(gflops):.1f} [{min(gflops):.1f}-{max(gflops):.1f}]", "100%"]
+        print("| " + " | ".join(cells) + " |")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--data-dir", default=os.environ.get("EVAL_DATA_DIR", str(ROOT.parent / "shared" / "data")),
+                   help="folder with stsbenchmark/sts-train.csv (env EVAL_DATA_DIR)")
+    p.add_argument("--model", default=None, help="BERT folder (default: the shipped all-MiniLM-L6-v2)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads in every measured process")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the table shows the median")
+    p.add_argument("--train-steps", type=int, default=30, help="timed optimizer steps of batch 8 per training run")
+    p.add_argument("--warmup-steps", type=int, default=3, help="untimed steps before the timed ones")
+    p.add_argument("--encode-sentences", type=int, default=2000, help="sentences per timed encode")
+    p.add_argument("--only", choices=["all", "ours"], default="all", help="ours: skip sentence-transformers")
+    p.add_argument("--skip", nargs="*", default=[], choices=["train", "encode", "consert"], help="parts to leave out")
+    p.add_argument("--amp", choices=["none", "bf16", "fp16"], default="none", help="autocast for BOTH systems (CUDA)")
+    p.add_argument("--compile", action="store_true", help="torch.compile OUR training step (theirs unchanged)")
+    p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test")
+    p.add_argument("--json", default=None, metavar="OUT", help="also write every figure to this JSON file")
+    p.add_argument("--_job", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.train_steps, args.warmup_steps, args.encode_sentences = 1, 3, 1, 128
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args._job:
+        run_job(args._job)
+        return 0
+    device = model.pick_device(args.device)
+    model_path = args.model or model.default_model_path()
+    encoder = model.SentenceEncoder.from_pretrained(model_path)  # its max length is the one encode uses
+    cfg, tokenizer = encoder.bert.cfg, encoder.tokenizer
+    sentences = read_sts_train(Path(args.data_dir))
+    work = prepare(args, tokenizer, sentences, args.train_steps * TRAIN_BATCH)
+    train_encoder = model.SentenceEncoder(encoder.bert, tokenizer, "cls", TRAIN_MAX_LENGTH, source=encoder.source)
+    tokens = tokens_computed(work, train_encoder)
+
+    theirs = args.only == "all"
+    if theirs and importlib.util.find_spec("sentence_transformers") is None:
+        print("sentence-transformers is not installed: only our figures are shown", file=sys.stderr)
+        theirs = False
+    parts = [p for p in ("train", "encode", "consert") if p not in args.skip]
+    if "consert" in parts:
+        try:
+            import consert  # noqa: F401
+
+            assert hasattr(consert, "ConSERTLoss"), "consert.py has no ConSERTLoss"
+        except (ImportError, AssertionError) as e:
+            print(f"ConSERT skipped: {e}", file=sys.stderr)
+            parts.remove("consert")
+
+    base_spec = {"model": model_path, "device": str(device), "threads": args.threads, "amp": args.amp,
+                 "compile": args.compile, "warmup": args.warmup_steps,
+                 "matmul_n": 8192 if device.type == "cuda" else 2048, "matmul_trials": 3}
+    if args.quick:
+        base_spec["matmul_trials"] = 1
+    runs: dict[str, list[dict]] = {"matmul": []}
+    print(f"bench: {machine_description(device, args.threads)}; {args.rounds} rounds; training {args.train_steps} "
+          f"steps of {TRAIN_BATCH} (max length {TRAIN_MAX_LENGTH}), encode {len(work['encode_sentences'])} sentences "
+          f"(batch {ENCODE_BATCH}, max length {encoder.max_length}); amp {args.amp}", file=sys.stderr)
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(f"note: load average {load:.1f} before starting: other processes are running, timings will be noisy"
+              + (" (several threads per process on a busy machine can be far slower than one: try --threads 1)"
+                 if args.threads > 1 else ""), file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        tmp = Path(tmp)
+        base_spec["work"] = str(tmp / "work.json")
+        (tmp / "work.json").write_text(json.dumps(work))
+        for r in range(args.rounds):
+            jobs = ["matmul"]
+            for part in parts:
+                pair = [f"{part}_ours"] + ([f"{part}_theirs"] if theirs and part != "consert" else [])
+                jobs += pair if r % 2 == 0 else pair[::-1]  # alternate who goes first
+            for job in jobs:
+                res = spawn(job, base_spec, tmp, f"{job}-{r}")
+                runs.setdefault(job, []).append(res)
+                shown = res.get("error", "").splitlines()[-1:] if "error" in res else (
+                    [f"{res['gflops']:.1f} GFLOP/s"] if job == "matmul"
+                    else [f"{res['sentences'] / res['seconds']:.1f} sentences/s, peak RSS {res['peak_rss_mb']:.0f} MB"])
+                print(f"  round {r + 1}/{args.rounds} {job:14s} {' '.join(shown)}", file=sys.stderr)
+
+    ok_peaks = [r["gflops"] for r in runs["matmul"] if "error" not in r]
+    peak_gflops = statistics.median(ok_peaks) if ok_peaks else None
+    peak = {"runs": runs["matmul"]} if ok_peaks else {"error": runs["matmul"][0]["error"]}
+    pairs = work["pairs"]
+    flops = {
+        "train": tsdae_step_flops([len(d) for d, _ in pairs], [len(o) for _, o in pairs], cfg),
+        "encode": encode_flops([len(s) for s in data.tokenize(tokenizer, work["encode_sentences"], encoder.max_length)], cfg),
+        "consert": consert_step_flops([len(s) for s in work["consert_ids"]], cfg),
+    }
+    names = {"train": "TSDAE training", "encode": "encode", "consert": "ConSERT training"}
+    summary, rows = {}, []
+    for part in parts:
+        for who in ("ours", "theirs"):
+            job = f"{part}_{who}"
+            if job not in runs:
+                continue
+            summary[job] = s = summarise(runs[job], flops[part], peak_gflops)
+            ratio = None
+            if who == "ours" and f"{part}_theirs" in runs:
+                t = summarise(runs[f"{part}_theirs"], None, None)
+                if "error" not in s and "error" not in t:
+                    ratio = f"{s['rate_median'] / t['rate_median']:.2f}x"
+            label = f"{names[part]}, {'ours' if who == 'ours' else 'sentence-transformers'}"
+            rows.append((label, s, ratio))
+    print()
+    print_table(rows, device, peak)
+    if "train" in parts:
+        fmt = lambda t: " / ".join(f"{t[k]:.1f}" for k in ("encoder", "decoder", "lm_head"))
+        print(f"\nTSDAE tokens per sentence computed (encoder / decoder / LM head): real {fmt(tokens['real'])}; "
+              f"ours {fmt(tokens['ours'])}" + (f"; sentence-transformers {fmt(tokens['theirs'])}" if theirs else ""))
+    print(f"\n{machine_description(device, args.threads)}. Command: python bench/bench.py "
+          + " ".join(a for a in (argv if argv is not None else sys.argv[1:])))
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "machine": machine_description(device, args.threads), "device": str(device), "settings": vars(args),
+            "load_average_at_start": load, "tokens_per_sentence": tokens, "useful_flops": flops, "matmul_peak_gflops": peak_gflops, "matmul": runs["matmul"], "results": summary,
+        }, indent=2))
+    return 0 if all("error" not in s for s in summary.values()) and ok_peaks else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,580 @@
+"""ConSERT (Yan et al. 2021): fine-tune a sentence encoder by telling two augmented views of each
+sentence apart from the other sentences of the batch.
+
+    sentence --embedding layer--> view 1 (e.g. feature cutoff) --Transformer layers--> mean pool --+
+    sentence --embedding layer--> view 2 (e.g. token shuffle)  --Transformer layers--> mean pool --+-- NT-Xent
+
+The views are made AT THE EMBEDDING LAYER (§3): the input words stay the same, only the position ids
+or the embedding-layer output change. `model.Bert.forward` offers the two hooks this needs
+(`position_ids`, `embedding_hook`); the views themselves live here. With NLI labels the contrastive loss
+can be fused with a supervised classifier (§4.2: joint, sup-unsup, joint-unsup).
+
+    python consert.py --corpus sentences.txt --out runs/consert
+    python consert.py --sts-corpus ../shared/data --eval-data ../shared/data --lr 2e-5 --temperature 0.05
+
+Section numbers refer to ../shared/papers/consert.md; what the official code (yym6472/ConSERT) does where
+the paper is silent: ../shared/papers/reference-details.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import data
+from model import (
+    ModelLoadError, MultiHeadAttention, SentenceEncoder, TrainingStopped, TrainSettings, default_model_path,
+    gather_with_local_grad, global_mean, init_distributed, pick_device, pool, train,
+)
+
+# ----------------------------------------------------------------------------
+# 1. Views (§3, §4.3): how one encoder pass of a sentence differs from a plain one
+
+
+@dataclass
+class View:
+    """The inputs of one encoder pass. A plain pass: the batch's attention mask and nothing else."""
+
+    attention_mask: torch.Tensor  # (B, L), 1 = real token; span cutoff narrows it to the kept span
+    position_ids: torch.Tensor | None = None  # (B, L); token shuffle permutes them
+    embedding_hook: Callable[[torch.Tensor], torch.Tensor] | None = None  # cutoffs, dropout, adversarial
+
+
+def random_subset(candidates: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """In row b of the bool matrix `candidates` (B, N), pick exactly counts[b] True positions, uniformly
+    at random. Returns a bool matrix (B, N). One sort for the whole batch, no Python loop over sentences."""
+    keys = torch.rand(candidates.shape, device=candidates.device).masked_fill(~candidates, 2.0)  # (B, N)
+    order = keys.argsort(dim=1)  # (B, N): each row's candidates first, in random order
+    first_k = torch.arange(candidates.shape[1], device=candidates.device) < counts[:, None]  # (B, N)
+    return torch.zeros_like(candidates).scatter(1, order, first_k)  # position order[b, j] is picked iff j < k_b
+
+
+def shuffled_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Token shuffle: each sentence's real tokens ([CLS] and [SEP] included, as in the official code) get
+    their position ids 0..n-1 in a random order; padding keeps its own. Returns position ids (B, L).
+    The tokens stay where they are: only the position each one tells the encoder changes."""
+    keys = torch.rand(attention_mask.shape, device=attention_mask.device)  # (B, L)
+    keys = keys.masked_fill(attention_mask == 0, 2.0)  # padding sorts after every real token
+    return keys.argsort(dim=1, stable=True)  # (B, L): a permutation of 0..n-1, then n, n+1, ... (stable)
+
+
+def token_cutoff(x: torch.Tensor, attention_mask: torch.Tensor, rate: float) -> torch.Tensor:
+    """Zero int(n * rate) whole token rows of the embedding output x (B, L, d), among the n real tokens.
+    The attention mask is unchanged: a cut token is still attended to, as a zero vector."""
+    real = attention_mask.bool()  # (B, L)
+    counts = (real.sum(1).double() * rate).long()  # (B,) int(n * rate), in double precision like Python's
+    cut = random_subset(real, counts)  # (B, L)
+    return x.masked_fill(cut[:, :, None], 0.0)
+
+
+def feature_cutoff(x: torch.Tensor, attention_mask: torch.Tensor, rate: float) -> torch.Tensor:
+    """Zero int(d * rate) whole feature columns of the embedding output x (B, L, d), chosen per sentence."""
+    B, L, d = x.shape
+    everything = torch.ones(B, d, dtype=torch.bool, device=x.device)
+    cut = random_subset(everything, torch.full((B,), int(d * rate), device=x.device))  # (B, d)
+    return x.masked_fill(cut[:, None, :], 0.0)
+
+
+def embedding_dropout(x: torch.Tensor, attention_mask: torch.Tensor, rate: float) -> torch.Tensor:
+    """ConSERT's "dropout" view: zero int(n * d * rate) random entries of the real tokens' embeddings.
+    Unlike nn.Dropout there is no 1/(1 - rate) rescaling of the rest (the official code only zeroes)."""
+    B, L, d = x.shape
+    real = attention_mask.bool()[:, :, None].expand(B, L, d).reshape(B, L * d)  # (B, L*d)
+    counts = (attention_mask.sum(1).double() * d * rate).long()  # (B,)
+    cut = random_subset(real, counts).view(B, L, d)
+    return x.masked_fill(cut, 0.0)
+
+
+def span_mask(attention_mask: torch.Tensor, rate: float) -> torch.Tensor:
+    """Span cutoff: keep one contiguous span of max(int(n * (1 - rate)), 1) real tokens at a random start;
+    the rest is masked out of attention and of pooling. Returns the new attention mask (B, L).
+    (The official code also zeroes the ids outside the span but mean-pools over the original mask;
+    here the masked tokens are simply gone: nothing attends to them and the pooling skips them.)"""
+    n = attention_mask.sum(1)  # (B,)
+    keep = (n.double() * (1 - rate)).long().clamp(min=1)  # (B,)
+    start = (torch.rand(n.shape, device=n.device) * (n - keep + 1)).long()  # (B,) uniform in 0..n-keep
+    start = torch.minimum(start, n - keep)  # float rounding must never push the span past the sentence
+    t = torch.arange(attention_mask.shape[1], device=n.device)[None, :]  # (1, L)
+    return ((t >= start[:, None]) & (t < (start + keep)[:, None])).to(attention_mask.dtype)
+
+
+# Every view but "adversarial" (which needs a loss gradient, see `fgv_perturbation`): name -> (mask, rate) -> View.
+VIEWS: dict[str, Callable[[torch.Tensor, float], View]] = {
+    "none": lambda mask, rate: View(mask),
+    # SimCSE (Gao et al. 2021): no augmentation; the encoder's own dropout is the only difference between passes
+    "simcse": lambda mask, rate: View(mask),
+    "shuffle": lambda mask, rate: View(mask, position_ids=shuffled_positions(mask)),
+    "token_cutoff": lambda mask, rate: View(mask, embedding_hook=lambda x: token_cutoff(x, mask, rate)),
+    "feature_cutoff": lambda mask, rate: View(mask, embedding_hook=lambda x: feature_cutoff(x, mask, rate)),
+    "span": lambda mask, rate: View(span_mask(mask, rate)),
+    "dropout": lambda mask, rate: View(mask, embedding_hook=lambda x: embedding_dropout(x, mask, rate)),
+}
+VIEW_NAMES = [*VIEWS, "adversarial"]
+
+
+def fgv_perturbation(loss: torch.Tensor, embedding_output: torch.Tensor, norm: float) -> torch.Tensor:
+    """Adversarial view, Fast Gradient Value (§3): r = norm * g / ||g|| per token, g = d loss / d embedding output.
+    Added to the embedding output, r moves every token by `norm` in the direction that raises `loss` fastest
+    (to first order). Padding rows have g = 0 and get r = 0. r is a constant: no gradient flows through it."""
+    (g,) = torch.autograd.grad(loss, embedding_output, retain_graph=True)  # (B, L, d)
+    return norm * g / (g.norm(dim=-1, keepdim=True) + 1e-10)  # (B, L, d); 1e-10 as in the official code
+
+
+# ----------------------------------------------------------------------------
+# 2. The contrastive loss (§3): NT-Xent, as the official code computes it
+
+
+def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
+    """z1, z2: (N, d), row i of both = two views of sentence i. For each of the 2N items the other view of
+    the same sentence is the positive and the other 2N-2 items of both views are negatives (2N-1 candidates).
+    Loss = mean cross-entropy of view 1's rows + that of view 2's rows (the official code sums both)."""
+    N = len(z1)
+    z = F.normalize(torch.cat([z1, z2]).float(), dim=-1)  # (2N, d), unit length: dot product = cosine
+    sim = z @ z.T / temperature  # (2N, 2N)
+    itself = torch.eye(2 * N, dtype=torch.bool, device=z.device)
+    sim = sim.masked_fill(itself, float("-inf"))  # an item is never its own candidate
+    positive = torch.arange(2 * N, device=z.device).roll(N)  # item i of view 1 <-> item i of view 2
+    per_item = F.cross_entropy(sim, positive, reduction="none")  # (2N,)
+    return per_item[:N].mean() + per_item[N:].mean()
+
+
+# ----------------------------------------------------------------------------
+# 3. The encoder as ConSERT uses it
+
+
+def switch_off_dropout(encoder: SentenceEncoder) -> None:
+    """The official unsupervised runs (--no_dropout) set every dropout of BERT to 0, so the views are the
+    only randomness. Only the modules change: the saved config keeps the checkpoint's dropout values."""
+    for module in encoder.bert.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+        if isinstance(module, MultiHeadAttention):
+            module.dropout_p = 0.0
+
+
+class LastTwoLayersMean(SentenceEncoder):
+    """For evaluation only: the average of the mean-pooled last two layers, the setting behind the official
+    code's reported numbers. Shares the given encoder's weights. sentence-transformers has no such pooling,
+    so trained models are saved with plain mean pooling of the last layer (the training setting)."""
+
+    def __init__(self, encoder: SentenceEncoder):
+        super().__init__(encoder.bert, encoder.tokenizer, "mean", encoder.max_length, encoder.source)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw) -> torch.Tensor:
+        *_, second_last, last = self.bert(input_ids, attention_mask, all_layers=True, **kw)  # (B, L, d) each
+        return (pool(second_last, attention_mask, "mean") + pool(last, attention_mask, "mean")) / 2  # (B, d)
+
+
+# ----------------------------------------------------------------------------
+# 4. The training objective: contrastive, supervised (§4.2), or both
+
+
+NLI_LABELS = {"contradiction": 0, "entailment": 1, "neutral": 2}  # the official code's label ids
+
+
+class ConSERTLoss(nn.Module):
+    """Encoder (+ NLI classifier); forward(batch) -> the loss of one batch.
+
+    A batch of unlabelled sentences {input_ids, attention_mask}:  cl_weight * NT-Xent(view 1, view 2).
+    A batch of NLI pairs {premise_*, hypothesis_*, labels} (needs nli_classes > 0): the supervised loss,
+    softmax cross-entropy of a linear classifier on (u, v, |u - v|) (§4.2, as SBERT), computed on the
+    plain, unaugmented passes; with joint=True plus cl_weight * (NT-Xent of the premises' views +
+    NT-Xent of the hypotheses' views).
+
+    cl_weight: the official code multiplies the contrastive loss by cl_rate = 0.15 in every setting, also
+    when it is the only loss; with AdamW a constant factor then matters only through gradient clipping.
+    """
+
+    def __init__(self, encoder: SentenceEncoder, views: tuple[tuple[str, float], tuple[str, float]],
+                 temperature: float = 0.1, cl_weight: float = 0.15, adv_norm: float = 1.0,
+                 nli_classes: int = 0, joint: bool = False, local_negatives: bool = False):
+        super().__init__()
+        names = [name for name, _ in views]
+        if any(name not in VIEW_NAMES for name in names):
+            raise ValueError(f"unknown view in {names}; choose from {', '.join(VIEW_NAMES)}")
+        if names == ["adversarial", "adversarial"]:
+            raise ValueError("only one view can be adversarial: both would be the same perturbation")
+        self.encoder, self.views = encoder, views
+        self.temperature, self.cl_weight, self.adv_norm, self.joint = temperature, cl_weight, adv_norm, joint
+        self.local_negatives = local_negatives
+        d = encoder.bert.cfg.hidden_size
+        self.classifier = nn.Linear(3 * d, nli_classes) if nli_classes else None  # on (u, v, |u - v|)
+
+    def encode(self, input_ids: torch.Tensor, view: View) -> torch.Tensor:
+        """One encoder pass under `view`: mean of the last layer over the view's tokens (official training). (B, d)"""
+        hidden = self.encoder.bert(input_ids, view.attention_mask, position_ids=view.position_ids,
+                                   embedding_hook=view.embedding_hook)  # (B, L, d)
+        return pool(hidden, view.attention_mask, self.encoder.pooling)
+
+    def plain_pass(self, input_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Vectors of the unaugmented sentences (B, d), and the embedding output (B, L, d) they came from
+        (the adversarial view needs the loss gradient with respect to it)."""
+        kept = []
+
+        def keep(x: torch.Tensor) -> torch.Tensor:
+            kept.append(x)
+            return x
+
+        z = self.encode(input_ids, View(mask, embedding_hook=keep))
+        return z, kept[0]
+
+    def contrastive(self, input_ids: torch.Tensor, mask: torch.Tensor,
+                    plain: tuple[torch.Tensor, torch.Tensor] | None = None,
+                    supervised_loss: torch.Tensor | None = None) -> torch.Tensor:
+        """NT-Xent between the two views of these sentences (§3). `plain` (from plain_pass) is reused as the
+        first "none"/"simcse" view, as the official code reuses its plain pass; the adversarial view needs it."""
+        z: list[torch.Tensor | None] = [None, None]
+        reusable = plain[0] if plain is not None else None
+        for k, (name, rate) in enumerate(self.views):
+            if name in ("none", "simcse") and reusable is not None:
+                z[k], reusable = reusable, None
+            elif name != "adversarial":
+                z[k] = self.encode(input_ids, VIEWS[name](mask, rate))
+        for k, (name, _) in enumerate(self.views):  # last: without labels it needs the other view
+            if name == "adversarial":
+                plain_z, embedding_output = plain
+                # §3: FGV on the supervised loss. Without labels we use the contrastive loss between the plain
+                # pass and the other view instead: this unsupervised variant is this project's extension.
+                source = supervised_loss
+                if source is None:
+                    source = nt_xent(plain_z, z[1 - k], self.temperature)
+                r = fgv_perturbation(source, embedding_output, self.adv_norm)  # (B, L, d)
+                z[k] = self.encode(input_ids, View(mask, embedding_hook=lambda x: x + r))
+        return self.batch_nt_xent(z[0], z[1])
+
+    def batch_nt_xent(self, z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
+        """NT-Xent over the whole batch. Under torchrun each process holds part of it: the vectors of all
+        processes are gathered, so negatives come from the global batch as on one device (§4.6: larger
+        batches help). With local_negatives each process contrasts its own share only, and the loss is
+        the mean over processes."""
+        if self.local_negatives:
+            return global_mean(nt_xent(z1, z2, self.temperature), torch.tensor(1.0, device=z1.device))
+        return nt_xent(gather_with_local_grad(z1), gather_with_local_grad(z2), self.temperature)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        adversarial = any(name == "adversarial" for name, _ in self.views)
+        if "labels" not in batch:  # unlabelled sentences
+            ids, mask = batch["input_ids"], batch["attention_mask"]
+            plain = self.plain_pass(ids, mask) if adversarial else None
+            return self.cl_weight * self.contrastive(ids, mask, plain)
+        # §4.2: NLI pairs. u, v: the plain vectors of premise and hypothesis.
+        a = self.plain_pass(batch["premise_ids"], batch["premise_mask"])
+        b = self.plain_pass(batch["hypothesis_ids"], batch["hypothesis_mask"])
+        u, v = a[0], b[0]  # (B, d) each
+        logits = self.classifier(torch.cat([u, v, (u - v).abs()], dim=-1))  # (B, classes)
+        supervised = global_mean(F.cross_entropy(logits.float(), batch["labels"], reduction="sum"),
+                                 torch.tensor(len(logits), device=logits.device))  # mean over the global batch
+        if not self.joint:
+            return supervised
+        contrastive = (self.contrastive(batch["premise_ids"], batch["premise_mask"], a, supervised)
+                       + self.contrastive(batch["hypothesis_ids"], batch["hypothesis_mask"], b, supervised))
+        return supervised + self.cl_weight * contrastive
+
+
+# ----------------------------------------------------------------------------
+# 5. Data: unlabelled sentences, the official STS training set, NLI pairs
+
+
+class SentenceDataset(torch.utils.data.Dataset):
+    """Item (epoch, i) -> token ids of sentence i (the epoch is unused: the views are drawn in the model)."""
+
+    def __init__(self, sentences: list[str], tokenizer, max_length: int):
+        self.sentences, self.tokenizer, self.max_length = sentences, tokenizer, max_length
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def __getitem__(self, key: tuple[int, int]) -> list[int]:
+        return data.tokenize(self.tokenizer, [self.sentences[key[1]]], self.max_length)[0]
+
+
+def collate_sentences(items: list[list[int]], pad_id: int = 0, multiple: int = 1) -> dict[str, torch.Tensor]:
+    input_ids, attention_mask = data.pad(items, pad_id, multiple)
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+class NLIDataset(torch.utils.data.Dataset):
+    """Item (epoch, i) -> (premise ids, hypothesis ids, label id) of pair i."""
+
+    def __init__(self, pairs: list[tuple[str, str, int]], tokenizer, max_length: int):
+        self.pairs, self.tokenizer, self.max_length = pairs, tokenizer, max_length
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[list[int], list[int], int]:
+        premise, hypothesis, label = self.pairs[key[1]]
+        p, h = data.tokenize(self.tokenizer, [premise, hypothesis], self.max_length)
+        return p, h, label
+
+
+def collate_nli(items: list[tuple[list[int], list[int], int]], pad_id: int = 0,
+                multiple: int = 1) -> dict[str, torch.Tensor]:
+    premise_ids, premise_mask = data.pad([p for p, _, _ in items], pad_id, multiple)
+    hypothesis_ids, hypothesis_mask = data.pad([h for _, h, _ in items], pad_id, multiple)
+    return {"premise_ids": premise_ids, "premise_mask": premise_mask, "hypothesis_ids": hypothesis_ids,
+            "hypothesis_mask": hypothesis_mask, "labels": torch.tensor([label for _, _, label in items])}
+
+
+def sts_corpus(data_dir: str | Path) -> list[str]:
+    """The official unsupervised training set (§4.1): every sentence of the STS12-16 inputs (scored or not),
+    of the STS benchmark train/dev/test (the SentEval copies the official code reads) and of SICK
+    train/trial/test, duplicates kept. No label is read. The official count is 89,192."""
+    from evaluate import STS_SUBSETS, load_sick, load_stsb, read_lines
+
+    data_dir = Path(data_dir)
+    sts = [data_dir / year / f"STS.input.{subset}.txt" for year, subsets in STS_SUBSETS.items() for subset in subsets]
+    stsb = [data_dir / "stsbenchmark" / "senteval" / f"sts-{split}.csv" for split in ("train", "dev", "test")]
+    sick = [data_dir / "sick" / f"SICK_{split}.txt" for split in ("train", "trial", "test_annotated")]
+    for path in sts + stsb + sick:
+        if not path.is_file():
+            raise data.CorpusError(f"--sts-corpus: missing {path} (see ../shared/data/README.md for the layout)")
+    sentences = [s for path in sts for line in read_lines(path) for s in line.split("\t")[:2]]
+    sentences += [s for path in stsb for s1, s2, _ in load_stsb(path) for s in (s1, s2)]
+    sentences += [s for path in sick for s1, s2, _ in load_sick(path) for s in (s1, s2)]
+    return [s.strip() for s in sentences if s.strip()]
+
+
+def read_nli(path: str | Path, bad_bytes: str = "error") -> list[tuple[str, str, int]]:
+    """(premise, hypothesis, label id) pairs from
+      - JSON lines with "premise", "hypothesis", "label" (SNLI's own "sentence1", "sentence2", "gold_label" too), or
+      - a SICK file: tab-separated, a header naming sentence_A, sentence_B and entailment_judgment
+        (the SemEval splits) or entailment_label (SICK.txt).
+    Labels are entailment / neutral / contradiction, any case; pairs labelled "-" (no consensus) are skipped."""
+    data.read_corpus(path, bad_bytes)  # the checks every input file gets: exists, text, UTF-8, not empty
+    path = Path(path)
+    lines = []  # (line number, text); read again because read_corpus folds the tabs SICK needs
+    for n, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        try:
+            lines.append((n, raw.decode("utf-8")))
+        except UnicodeDecodeError:  # read_corpus has already stopped on these unless told to skip/replace
+            if bad_bytes == "replace":
+                lines.append((n, raw.decode("utf-8", errors="replace")))
+    lines = [(n, text) for n, text in lines if text.strip()]
+    rows = _nli_json_rows(path, lines) if lines[0][1].lstrip().startswith("{") else _nli_tsv_rows(path, lines)
+    pairs = []
+    for n, premise, hypothesis, label in rows:
+        label = str(label).strip().lower()
+        if label == "-":
+            continue
+        if label not in NLI_LABELS:
+            raise data.CorpusError(f"{path} line {n}: label '{label}' is not entailment, neutral or contradiction")
+        pairs.append((premise, hypothesis, NLI_LABELS[label]))
+    if not pairs:
+        raise data.CorpusError(f"{path} has no labelled NLI pairs")
+    return pairs
+
+
+def _nli_json_rows(path: Path, lines: list[tuple[int, str]]) -> list[tuple[int, str, str, str]]:
+    rows = []
+    for n, text in lines:
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            raise data.CorpusError(f"{path} line {n} is not valid JSON") from None
+        row = [obj.get(a, obj.get(b)) if isinstance(obj, dict) else None
+               for a, b in (("premise", "sentence1"), ("hypothesis", "sentence2"), ("label", "gold_label"))]
+        if any(not isinstance(x, str) for x in row):
+            raise data.CorpusError(f'{path} line {n}: expected string fields "premise", "hypothesis" and "label"')
+        rows.append((n, *row))
+    return rows
+
+
+def _nli_tsv_rows(path: Path, lines: list[tuple[int, str]]) -> list[tuple[int, str, str, str]]:
+    header = lines[0][1].split("\t")
+    label_column = next((c for c in ("entailment_judgment", "entailment_label") if c in header), None)
+    if "sentence_A" not in header or "sentence_B" not in header or label_column is None:
+        raise data.CorpusError(f"{path}: not an NLI file: give JSON lines with premise/hypothesis/label, or a SICK "
+                               "file whose header has sentence_A, sentence_B and entailment_judgment")
+    columns = [header.index(c) for c in ("sentence_A", "sentence_B", label_column)]
+    rows = []
+    for n, text in lines[1:]:
+        fields = text.split("\t")
+        if len(fields) <= max(columns):
+            raise data.CorpusError(f"{path} line {n} has {len(fields)} tab-separated fields, the header {len(header)}")
+        rows.append((n, *(fields[c] for c in columns)))
+    return rows
+
+
+# ----------------------------------------------------------------------------
+# 6. The command line
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Fine-tune a sentence encoder with ConSERT: contrastive learning between two views of each "
+                    "sentence made at the embedding layer, optionally fused with NLI supervision. "
+                    "Defaults: the official unsupervised setting (feature cutoff 0.2 + token shuffle, dropout off, "
+                    "temperature 0.1, batch 96, lr 5e-7). The author later found lr 2e-5 with temperature 0.05 better.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    src = p.add_argument_group("data")
+    src.add_argument("--corpus", help="UTF-8 text file, one unlabelled sentence per line")
+    src.add_argument("--sts-corpus", metavar="DATA_DIR",
+                     help="instead of --corpus: every sentence of STS12-16, STS-b and SICK in DATA_DIR (official set)")
+    src.add_argument("--nli", help="NLI pairs for the supervised strategies: .jsonl (premise, hypothesis, label) "
+                                   "or a SICK file")
+    src.add_argument("--strategy", default="unsup", choices=["unsup", "sup", "joint", "sup-unsup", "joint-unsup"],
+                     help="unsup: contrastive on --corpus. With --nli (§4.2): sup = NLI classifier only; joint = "
+                          "classifier + weighted contrastive on the NLI sentences; sup-unsup / joint-unsup = that, "
+                          "into OUT/stage1, then contrastive on --corpus")
+    src.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
+                     help="what to do with input lines that are not UTF-8")
+    src.add_argument("--max-length", type=int, default=64, help="tokens per sentence, longer ones are truncated")
+    aug = p.add_argument_group("views and loss")
+    aug.add_argument("--view1", default="feature_cutoff", choices=VIEW_NAMES, help="augmentation of the first view")
+    aug.add_argument("--rate1", type=float, default=0.2, help="cutoff / span / dropout rate of view 1")
+    aug.add_argument("--view2", default="shuffle", choices=VIEW_NAMES, help="augmentation of the second view")
+    aug.add_argument("--rate2", type=float, default=0.2, help="cutoff / span / dropout rate of view 2")
+    aug.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§4.5)")
+    aug.add_argument("--adv-norm", type=float, default=1.0, help="per-token length of the adversarial perturbation")
+    aug.add_argument("--cl-weight", type=float, default=0.15, help="factor on the contrastive loss (official cl_rate)")
+    aug.add_argument("--encoder-dropout", default="auto", choices=["auto", "on", "off"],
+                     help="BERT's own dropout; auto = off (official ConSERT), on when a view is simcse")
+    opt = p.add_argument_group("training")
+    opt.add_argument("--model", default=None,
+                     help="local Hugging Face BERT folder (default: the shipped all-MiniLM-L6-v2)")
+    opt.add_argument("--out", default="runs/consert",
+                     help="run folder: model/ (the trained encoder), best/ (with --eval-data), checkpoint/, log.jsonl")
+    opt.add_argument("--epochs", type=int, default=1, help="passes over the corpus (ignored when --steps is given)")
+    opt.add_argument("--steps", type=int, default=None, help="optimiser steps on the corpus")
+    opt.add_argument("--lr", type=float, default=5e-7, help="AdamW learning rate on the corpus (published; try 2e-5)")
+    opt.add_argument("--nli-epochs", type=int, default=1, help="passes over --nli (ignored when --nli-steps is given)")
+    opt.add_argument("--nli-steps", type=int, default=None, help="optimiser steps on --nli")
+    opt.add_argument("--nli-lr", type=float, default=2e-5, help="AdamW learning rate on --nli")
+    opt.add_argument("--batch-size", type=int, default=96,
+                     help="sentences (or NLI pairs) per step; under torchrun the global batch, split over the processes")
+    opt.add_argument("--local-negatives", action="store_true",
+                     help="under torchrun: contrast each process's share of the batch only (default: all processes')")
+    opt.add_argument("--seed", type=int, default=0)
+    opt.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:1, ...")
+    opt.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast precision (CUDA)")
+    opt.add_argument("--compile", action="store_true", help="torch.compile the training step")
+    opt.add_argument("--workers", type=int, default=None, help="DataLoader workers (default: 2 on CUDA, 0 on CPU)")
+    opt.add_argument("--no-bucketing", action="store_true", help="plain shuffled batches instead of length buckets")
+    opt.add_argument("--save-every", type=int, default=1000, help="write a resumable checkpoint every N steps")
+    opt.add_argument("--resume", action="store_true",
+                     help="continue from OUT's checkpoint (a finished stage 1 is kept)")
+    ev = p.add_argument_group("model selection (contrastive training degrades late: keep the best dev checkpoint)")
+    ev.add_argument("--eval-data", default=None,
+                    help="data folder with stsbenchmark/: log STS-b dev Spearman, keep the best encoder in OUT/best")
+    ev.add_argument("--eval-every", type=int, default=200, help="steps between evaluations (official: 200)")
+    ev.add_argument("--eval-pooling", default="mean", choices=["mean", "last2-mean"],
+                    help="mean of the last layer, or the average of the mean-pooled last two layers (official reported "
+                         "numbers; evaluation only, the saved model always uses plain mean pooling)")
+    args = p.parse_args(argv)
+
+    stages = args.strategy.split("-")
+    if "unsup" in stages and bool(args.corpus) == bool(args.sts_corpus):
+        p.error(f"--strategy {args.strategy} needs exactly one of --corpus and --sts-corpus")
+    if stages != ["unsup"] and not args.nli:
+        p.error(f"--strategy {args.strategy} needs --nli")
+    if args.view1 == args.view2 == "adversarial":
+        p.error("only one view can be adversarial")
+    if args.encoder_dropout == "off" and "simcse" in (args.view1, args.view2):
+        p.error("the simcse view is the encoder's own dropout: use --encoder-dropout on (or auto)")
+    for name in ("rate1", "rate2"):
+        if not 0.0 <= getattr(args, name) < 1.0:
+            p.error(f"--{name} must be in [0, 1)")
+    if args.temperature <= 0 or args.batch_size < 1 or args.max_length < 2:
+        p.error("--temperature must be > 0, --batch-size >= 1 and --max-length >= 2")
+    return args
+
+
+def run_stage(stage: str, model_dir: str | Path, out: Path, resume: bool, inputs: list, args: argparse.Namespace,
+              device: torch.device) -> None:
+    """One call of the shared training loop. stage "unsup": contrastive on sentences; "sup"/"joint": on NLI pairs."""
+    encoder = SentenceEncoder.from_pretrained(model_dir, pooling="mean", max_length=args.max_length)
+    encoder.bert.mlm_head = None  # a checkpoint's masked-LM head is not used here (and DDP wants no idle weights)
+    if args.encoder_dropout == "off" or (args.encoder_dropout == "auto" and "simcse" not in (args.view1, args.view2)):
+        switch_off_dropout(encoder)
+    views = ((args.view1, args.rate1), (args.view2, args.rate2))
+    objective = ConSERTLoss(encoder, views, args.temperature, args.cl_weight, args.adv_norm,
+                            nli_classes=0 if stage == "unsup" else len(NLI_LABELS), joint=stage == "joint",
+                            local_negatives=args.local_negatives)
+    rank, world = init_distributed()
+    pad_id = encoder.bert.cfg.pad_token_id
+    if stage == "unsup":
+        dataset = SentenceDataset(inputs, encoder.tokenizer, encoder.max_length)
+        lengths = data.token_lengths(encoder.tokenizer, inputs, encoder.max_length)
+        loader = data.make_loader(dataset, lengths, collate_sentences, pad_id, args.batch_size, args.seed, device,
+                                  not args.no_bucketing, args.workers, rank, world)
+        steps, lr = args.steps or args.epochs * len(loader.batch_sampler), args.lr
+    else:
+        dataset = NLIDataset(inputs, encoder.tokenizer, encoder.max_length)
+        premise_lengths = data.token_lengths(encoder.tokenizer, [p for p, _, _ in inputs], encoder.max_length)
+        hypothesis_lengths = data.token_lengths(encoder.tokenizer, [h for _, h, _ in inputs], encoder.max_length)
+        pair_lengths = premise_lengths + hypothesis_lengths  # buckets by the length of the pair
+        loader = data.make_loader(dataset, pair_lengths, collate_nli, pad_id, args.batch_size, args.seed, device,
+                                  not args.no_bucketing, args.workers, rank, world)
+        steps, lr = args.nli_steps or args.nli_epochs * len(loader.batch_sampler), args.nli_lr
+    eval_fn = None
+    if args.eval_data:
+        from evaluate import stsb_dev_spearman
+
+        pooled = LastTwoLayersMean if args.eval_pooling == "last2-mean" else (lambda enc: enc)
+        eval_fn = lambda enc: stsb_dev_spearman(pooled(enc), args.eval_data)
+    # The official optimiser: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up then linear decay, clip 1.0.
+    settings = TrainSettings(out=out, steps=steps, lr=lr, weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1,
+                             schedule="linear", grad_clip=1.0, seed=args.seed, amp=args.amp, save_every=args.save_every,
+                             eval_every=args.eval_every, eval_fn=eval_fn, keep_best=eval_fn is not None,
+                             resume=resume, compile=args.compile)
+    out.mkdir(parents=True, exist_ok=True)
+    what = "sentences" if stage == "unsup" else "NLI pairs"
+    if rank == 0:
+        print(f"ConSERT {stage}: {len(inputs)} {what}, {steps} steps of {args.batch_size} on {world} x {device}; "
+              f"saving to {out}")
+    progress = train(encoder, objective, loader, settings, device)
+    if progress["best"] is not None and rank == 0:
+        print(f"best STS-b dev Spearman {progress['best']:.2f}: encoder saved to {out / 'best'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank, _ = init_distributed()
+    torch.manual_seed(args.seed)
+    device = pick_device(args.device)
+    stages = args.strategy.split("-")  # e.g. "joint-unsup": joint on NLI, then contrastive on the corpus
+    # read every input first: bad input stops the run before any model is loaded
+    if args.eval_data:
+        from evaluate import missing_file
+
+        if problem := missing_file("stsb-dev", Path(args.eval_data)):
+            raise data.CorpusError(f"--eval-data: {problem}")
+    nli = read_nli(args.nli, args.bad_lines) if args.nli and stages != ["unsup"] else None
+    corpus = None
+    if "unsup" in stages:
+        corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else data.read_corpus(args.corpus, args.bad_lines)
+    out = Path(args.out)
+    folders = [out / "stage1", out] if len(stages) == 2 else [out]
+    if len(stages) == 2 and not args.resume and rank == 0:  # a fresh run: old leftovers must not look finished
+        for leftover in (folders[0] / "model", folders[0] / "checkpoint", out / "checkpoint"):
+            shutil.rmtree(leftover, ignore_errors=True)
+    model_dir, resume = args.model or default_model_path(), args.resume
+    for stage, folder in zip(stages, folders):
+        finished = folder != out and args.resume and (folder / "model").exists()
+        if finished:
+            print(f"stage 1 ({stage}) already finished in {folder}; continuing with stage 2")
+        else:
+            run_stage(stage, model_dir, folder, resume, nli if stage != "unsup" else corpus, args, device)
+        model_dir = folder / "model"
+        # stage 2 resumes only when stage 1 had finished in an earlier run and stage 2 left a checkpoint
+        resume = finished and (out / "checkpoint").exists()
+    if rank == 0:
+        print(f"done: encoder saved to {out / 'model'} (mean pooling)")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (data.CorpusError, ModelLoadError, TrainingStopped) as e:
+        sys.exit(f"error: {e}")

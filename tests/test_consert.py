@@ -1,0 +1,447 @@
+"""ConSERT: the views on real weights, NT-Xent against a double loop, FGV, supervised fusion, training, CLI."""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import consert
+import data
+from consert import ConSERTLoss, View, nt_xent
+from model import SentenceEncoder, pool
+
+ROOT = Path(__file__).resolve().parent.parent
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """On 2 cores shared with other jobs, 2 threads spin-wait on each other: 1 thread ran these steps 5-8x faster."""
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_path) -> SentenceEncoder:
+    """The real all-MiniLM-L6-v2 with its dropout switched off, as in the official ConSERT runs."""
+    encoder = SentenceEncoder.from_pretrained(minilm_path, pooling="mean", max_length=64)
+    consert.switch_off_dropout(encoder)
+    return encoder.train()
+
+
+@pytest.fixture(scope="module")
+def batch(minilm, sts_sentences) -> tuple[torch.Tensor, torch.Tensor]:
+    ids, mask = data.pad(data.tokenize(minilm.tokenizer, sts_sentences[:16], 64), pad_id=0)
+    assert (mask == 0).any() and len(set(mask.sum(1).tolist())) > 5  # padding and many lengths
+    return ids, mask
+
+
+@pytest.fixture(scope="module")
+def hf_minilm(minilm_path):
+    from transformers import BertModel
+
+    return BertModel.from_pretrained(minilm_path).eval()
+
+
+def embedding_output(encoder: SentenceEncoder, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return encoder.bert.embeddings(ids)  # (B, L, d): what the embedding hook receives
+
+
+def objective(encoder: SentenceEncoder, view1=("none", 0.0), view2=("none", 0.0), **kw) -> ConSERTLoss:
+    return ConSERTLoss(encoder, (view1, view2), **kw)
+
+
+def collate(ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+# ---------------------------------------------------------------- views on the real MiniLM weights
+
+
+def test_shuffle_permutes_real_positions_and_equals_hf_with_those_position_ids(minilm, hf_minilm, batch):
+    ids, mask = batch
+    view = consert.VIEWS["shuffle"](mask, 0.0)
+    n, L = mask.sum(1), mask.shape[1]
+    for b in range(len(ids)):
+        real = view.position_ids[b, : n[b]]
+        assert sorted(real.tolist()) == list(range(n[b]))  # a permutation of the real tokens' positions
+        assert view.position_ids[b, n[b]:].tolist() == list(range(n[b], L))  # padding untouched
+    assert (view.position_ids[:, 0] != 0).any()  # [CLS] (and [SEP]) take part in the shuffle
+    assert (view.position_ids != torch.arange(L)).any(dim=1).sum() >= len(ids) - 1  # (almost) every row moved
+    with torch.no_grad():
+        ours = objective(minilm).encode(ids, view)
+        states = hf_minilm(input_ids=ids, attention_mask=mask, position_ids=view.position_ids).last_hidden_state
+        plain = objective(minilm).encode(ids, View(mask))
+    torch.testing.assert_close(ours, pool(states, mask, "mean"), atol=2e-5, rtol=1e-4)
+    assert (ours - plain).abs().max() > 1e-2  # word order matters to the encoder
+
+
+def zero_rows(x: torch.Tensor) -> torch.Tensor:
+    return (x == 0).all(dim=-1)  # (B, L)
+
+
+def test_token_cutoff_zeroes_int_n_rate_real_token_rows_and_nothing_else(minilm, batch):
+    ids, mask = batch
+    x = embedding_output(minilm, ids)
+    assert not zero_rows(x).any()
+    for rate in (0.1, 0.2, 0.5):
+        y = consert.token_cutoff(x, mask, rate)
+        cut = zero_rows(y)
+        for b in range(len(ids)):
+            n = int(mask[b].sum())
+            assert cut[b].sum() == int(n * rate) and not cut[b, n:].any()  # among the real tokens only
+        assert torch.equal(y[~cut], x[~cut])  # every other row is untouched
+
+
+def test_feature_cutoff_zeroes_int_d_rate_whole_columns_and_nothing_else(minilm, batch):
+    ids, mask = batch
+    x = embedding_output(minilm, ids)
+    d = x.shape[-1]
+    y = consert.feature_cutoff(x, mask, 0.2)
+    cut = (y == 0).all(dim=1)  # (B, d): columns zero at every position
+    assert (cut.sum(1) == int(d * 0.2)).all()
+    assert len({tuple(row.nonzero().flatten().tolist()) for row in cut}) == len(ids)  # chosen per sentence
+    keep = ~cut[:, None, :].expand_as(x)
+    assert torch.equal(y[keep], x[keep])
+
+
+def test_span_keeps_one_contiguous_run_of_the_promised_length(minilm, batch):
+    ids, mask = batch
+    for rate in (0.1, 0.5, 0.9):
+        kept = consert.span_mask(mask, rate)
+        for b in range(len(ids)):
+            n = int(mask[b].sum())
+            where = kept[b].nonzero().flatten().tolist()
+            assert len(where) == max(int(n * (1 - rate)), 1)
+            assert where == list(range(where[0], where[0] + len(where))) and where[-1] < n  # one run, inside
+    with torch.no_grad():  # the pooled vector is the span's own: masked tokens neither attend nor are pooled
+        view = consert.VIEWS["span"](mask, 0.5)
+        z = objective(minilm).encode(ids, view)
+        b = 0
+        keep = view.attention_mask[b].bool()
+        alone = objective(minilm).encode(ids[b : b + 1, keep], View(torch.ones(1, int(keep.sum()), dtype=torch.long),
+                                                                       position_ids=keep.nonzero().T))
+    torch.testing.assert_close(z[b : b + 1], alone, atol=1e-5, rtol=1e-4)
+
+
+def test_dropout_view_zeroes_int_n_d_rate_real_entries_without_rescaling(minilm, batch):
+    ids, mask = batch
+    x = embedding_output(minilm, ids)
+    d = x.shape[-1]
+    y = consert.embedding_dropout(x, mask, 0.1)
+    changed = y != x
+    assert (y[changed] == 0).all()  # zeroed, and every other entry is exactly as it was (no 1/(1-p) factor)
+    for b in range(len(ids)):
+        n = int(mask[b].sum())
+        assert changed[b].sum() == int(n * d * 0.1) and not changed[b, n:].any()
+
+
+def test_views_draw_fresh_randomness_on_every_call(minilm, batch):
+    ids, mask = batch
+    x = embedding_output(minilm, ids)
+    assert not torch.equal(consert.shuffled_positions(mask), consert.shuffled_positions(mask))
+    assert not torch.equal(consert.span_mask(mask, 0.5), consert.span_mask(mask, 0.5))
+    for view in (consert.token_cutoff, consert.feature_cutoff, consert.embedding_dropout):
+        assert not torch.equal(view(x, mask, 0.2), view(x, mask, 0.2)), view.__name__
+    hook = consert.VIEWS["feature_cutoff"](mask, 0.2).embedding_hook  # a view drawn once still varies per pass
+    assert not torch.equal(hook(x), hook(x))
+
+
+def test_simcse_passes_differ_only_through_the_encoders_own_dropout(minilm_path, minilm, batch):
+    ids, mask = batch[0][:4], batch[1][:4]
+    with torch.no_grad():
+        off = objective(minilm)  # dropout switched off: two plain passes are identical
+        plain = [off.encode(ids, consert.VIEWS["none"](mask, 0)) for _ in range(2)]
+        assert torch.equal(*plain)
+        on = objective(SentenceEncoder.from_pretrained(minilm_path).train())  # the checkpoint's dropout 0.1
+        z1, z2 = on.encode(ids, consert.VIEWS["simcse"](mask, 0)), on.encode(ids, consert.VIEWS["simcse"](mask, 0))
+    assert 0.7 < F.cosine_similarity(z1, z2).min() and (z1 - z2).abs().max() > 1e-3
+
+
+def test_switch_off_dropout_leaves_the_saved_config_alone(minilm, tmp_path):
+    assert all(m.p == 0 for m in minilm.bert.modules() if isinstance(m, torch.nn.Dropout))
+    minilm.save_pretrained(tmp_path / "m")
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["hidden_dropout_prob"] == 0.1
+
+
+# ---------------------------------------------------------------- NT-Xent
+
+
+def nt_xent_double_loop(z1: torch.Tensor, z2: torch.Tensor, t: float) -> float:
+    """The textbook definition, one item at a time, in float64."""
+    z1, z2 = F.normalize(z1.double(), dim=-1), F.normalize(z2.double(), dim=-1)
+    N, total = len(z1), 0.0
+    for anchors, others in ((z1, z2), (z2, z1)):
+        direction = 0.0
+        for i in range(N):
+            candidates = [others[j] for j in range(N)] + [anchors[k] for k in range(N) if k != i]  # 2N-1
+            scores = [float(anchors[i] @ c) / t for c in candidates]
+            direction += -(scores[i] - math.log(sum(math.exp(s) for s in scores)))  # positive: others[i]
+        total += direction / N
+    return total
+
+
+def test_nt_xent_equals_a_double_loop():
+    torch.manual_seed(1)
+    for N, t in ((5, 0.1), (8, 0.05), (2, 1.0)):
+        z1, z2 = torch.randn(N, 16), torch.randn(N, 16)
+        expected = nt_xent_double_loop(z1, z2, t)
+        assert abs(nt_xent(z1, z2, t).item() - expected) < 1e-5 * expected
+
+
+def test_nt_xent_is_lower_for_identical_views_than_for_views_shuffled_across_sentences():
+    torch.manual_seed(2)
+    z = torch.randn(32, 64)
+    matched, shuffled = nt_xent(z, z, 0.1), nt_xent(z, z[torch.randperm(32)], 0.1)
+    assert matched < 2 * math.log(2 * 32 - 1) < shuffled  # below chance level, and above it
+
+
+# ---------------------------------------------------------------- adversarial view (FGV)
+
+
+def test_adversarial_view_raises_the_supervised_loss_and_has_the_given_norm(minilm, data_dir):
+    pairs = consert.read_nli(data_dir / "sick" / "SICK_trial.txt")[:8]
+    obj = objective(minilm, ("none", 0), ("adversarial", 0), nli_classes=3, adv_norm=1e-2)
+    b = consert.collate_nli([consert.NLIDataset(pairs, minilm.tokenizer, 64)[(0, i)] for i in range(8)])
+    premise_mask = b["premise_mask"]
+    v = obj.encode(b["hypothesis_ids"], View(b["hypothesis_mask"])).detach()
+
+    def supervised_loss(u):
+        return F.cross_entropy(obj.classifier(torch.cat([u, v, (u - v).abs()], -1)), b["labels"])
+
+    u, x = obj.plain_pass(b["premise_ids"], premise_mask)  # x: the premises' embedding output
+    loss = supervised_loss(u)
+    r = consert.fgv_perturbation(loss, x, norm=1e-2)
+    norms = r.norm(dim=-1)
+    real = premise_mask.bool()
+    torch.testing.assert_close(norms[real], torch.full_like(norms[real], 1e-2), atol=1e-7, rtol=1e-5)
+    assert (norms[~real] == 0).all()  # padding gets no perturbation
+    (g,) = torch.autograd.grad(loss, x, retain_graph=True)
+    with torch.no_grad():
+        plus_r = obj.encode(b["premise_ids"], View(premise_mask, embedding_hook=lambda e: e + r))
+        minus_r = obj.encode(b["premise_ids"], View(premise_mask, embedding_hook=lambda e: e - r))
+        raised, lowered = supervised_loss(plus_r) - loss, supervised_loss(minus_r) - loss
+    first_order = (g * r).sum()
+    assert raised > 0 > lowered
+    assert abs(raised - first_order) < 0.1 * first_order  # the step is small: the linear term dominates
+
+
+def test_unsupervised_adversarial_view_raises_the_contrastive_loss(minilm, batch):
+    """This project's extension: without labels, FGV on the contrastive loss against the other view."""
+    ids, mask = batch
+    obj = objective(minilm, ("shuffle", 0), ("adversarial", 0), adv_norm=1e-2)
+    other = obj.encode(ids, consert.VIEWS["shuffle"](mask, 0)).detach()
+    z, x = obj.plain_pass(ids, mask)
+    loss = nt_xent(z, other, 0.1)
+    r = consert.fgv_perturbation(loss, x, 1e-2)
+    with torch.no_grad():
+        attacked = nt_xent(obj.encode(ids, View(mask, embedding_hook=lambda e: e + r)), other, 0.1)
+    assert attacked > loss
+    assert obj(collate(ids, mask)).isfinite()  # and the objective runs end to end with it
+
+
+def test_last_two_layers_mean_equals_hf_hidden_states(minilm, hf_minilm, sts_sentences):
+    ids, mask = data.pad(data.tokenize(minilm.tokenizer, sts_sentences[:8], 64), pad_id=0)
+    with torch.no_grad():
+        states = hf_minilm(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    expected = (pool(states[-1], mask, "mean") + pool(states[-2], mask, "mean")) / 2
+    ours = consert.LastTwoLayersMean(minilm).encode(sts_sentences[:8])
+    torch.testing.assert_close(ours, expected, atol=2e-5, rtol=1e-4)
+    assert minilm.training  # encode() gives the training mode back
+
+
+# ---------------------------------------------------------------- data
+
+
+def test_sts_corpus_is_the_official_89192_sentences(data_dir):
+    sentences = consert.sts_corpus(data_dir)
+    assert len(sentences) == 89192 and all(s.strip() == s and s for s in sentences)
+
+
+def test_nli_readers(tmp_path, data_dir):
+    sick = consert.read_nli(data_dir / "sick" / "SICK_train.txt")
+    assert len(sick) == 4500 and {label for *_, label in sick} == {0, 1, 2}
+    assert len(consert.read_nli(data_dir / "sick" / "SICK.txt")) == 9840  # the full release: entailment_label
+    snli = consert.read_nli(data_dir / "nli" / "snli_dev.jsonl")
+    assert len(snli) == 9842
+    f = tmp_path / "raw.jsonl"  # SNLI's own field names; '-' = no gold label, skipped
+    f.write_text('{"sentence1": "a", "sentence2": "b", "gold_label": "neutral"}\n\n'
+                 '{"sentence1": "c", "sentence2": "d", "gold_label": "-"}\n', encoding="utf-8")
+    assert consert.read_nli(f) == [("a", "b", consert.NLI_LABELS["neutral"])]
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'{"premise": "a", "hypothesis": "b", "label": "maybe"}\n', "line 1: label 'maybe' is not entailment"),
+    (b'{"premise": "a", "hypothesis": "b", "label": "neutral"}\n{"premise": "a"\n', "line 2 is not valid JSON"),
+    (b'{"premise": "a", "label": "neutral"}\n', 'expected string fields "premise", "hypothesis" and "label"'),
+    (b"just a sentence\n", "not an NLI file"),
+    (b"pair_ID\tsentence_A\tsentence_B\tentailment_judgment\n1\ta b\n", "line 2 has 2 tab-separated fields"),
+    (b'{"premise": "a", "hypothesis": "b", "label": "-"}\n', "has no labelled NLI pairs"),
+])
+def test_bad_nli_file_gets_a_clear_error(content, message, tmp_path):
+    nli = tmp_path / "nli.jsonl"
+    nli.write_bytes(content)
+    with pytest.raises(data.CorpusError) as err:
+        consert.read_nli(nli)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------- training
+
+
+def run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "consert.py"), *map(str, args)], capture_output=True, text=True,
+                          timeout=600, env=ONE_THREAD)
+
+
+def log(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+def losses(out: Path) -> list[float]:
+    return [record["loss"] for record in log(out)]
+
+
+def tiny(model_dir, out, *extra) -> list[str]:
+    return ["--model", str(model_dir), "--out", str(out), "--batch-size", "8", "--save-every", "0", *map(str, extra)]
+
+
+def test_tiny_model_lowers_the_contrastive_loss(tiny_model_dir, small_corpus, tmp_path):
+    consert.main(["--corpus", str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--batch-size", 16, "--steps", 60,
+                                                       "--lr", "3e-3", "--cl-weight", 1)])
+    curve = losses(tmp_path)
+    chance = 2 * math.log(2 * 16 - 1)
+    assert sum(curve[:5]) / 5 > 0.5 * chance and sum(curve[-5:]) / 5 < 0.3 * sum(curve[:5]) / 5
+
+
+@pytest.mark.parametrize("strategy", ["sup", "joint", "sup-unsup", "joint-unsup"])
+def test_fusion_strategies_train_on_sick(strategy, tiny_model_dir, small_corpus, data_dir, tmp_path):
+    views = ["--view1", "none", "--view2", "adversarial"] if strategy == "joint-unsup" else []  # FGV: NLI, then not
+    consert.main(["--strategy", strategy, "--nli", str(data_dir / "sick" / "SICK_train.txt"), "--corpus",
+                  str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--nli-steps", 3, "--steps", 2, *views)])
+    if "-" in strategy:  # stage 1 on NLI into OUT/stage1, stage 2 contrastive from its model into OUT
+        assert len(losses(tmp_path / "stage1")) == 3 and len(losses(tmp_path)) == 2
+        state = torch.load(tmp_path / "stage1" / "checkpoint" / "training_state.pt", weights_only=False)
+        assert any(k.startswith("classifier.") for k in state["objective"])
+        assert not any(k.startswith("classifier.") for k in
+                       torch.load(tmp_path / "checkpoint" / "training_state.pt", weights_only=False)["objective"])
+    else:
+        assert len(losses(tmp_path)) == 3
+    assert all(math.isfinite(x) for x in losses(tmp_path))
+    SentenceEncoder.from_pretrained(tmp_path / "model")
+
+
+def test_joint_loss_is_supervised_plus_weighted_contrastive(tiny_model_dir, data_dir):
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean")
+    pairs = consert.read_nli(data_dir / "sick" / "SICK_trial.txt")[:6]
+    b = consert.collate_nli([consert.NLIDataset(pairs, encoder.tokenizer, 64)[(0, i)] for i in range(6)])
+    joint = objective(encoder, ("none", 0), ("none", 0), nli_classes=3, joint=True, cl_weight=0.5)
+    sup = objective(encoder, nli_classes=3)
+    sup.classifier = joint.classifier
+    with torch.no_grad():
+        plain = [joint.encode(b[f"{side}_ids"], View(b[f"{side}_mask"])) for side in ("premise", "hypothesis")]
+        cl = nt_xent(plain[0], plain[0], 0.1) + nt_xent(plain[1], plain[1], 0.1)
+        torch.testing.assert_close(joint(b), sup(b) + 0.5 * cl)
+
+
+def test_resume_continues_the_same_loss_sequence_across_both_stages(tiny_model_dir, small_corpus, data_dir, tmp_path,
+                                                                     monkeypatch):
+    nli = data_dir / "sick" / "SICK_trial.txt"
+    common = ["--strategy", "joint-unsup", "--nli", str(nli), "--corpus", str(small_corpus), "--nli-steps", 5,
+              "--steps", 6, "--view1", "feature_cutoff", "--view2", "shuffle", "--lr", "1e-3"]
+    consert.main(tiny(tiny_model_dir, tmp_path / "a", *common))
+
+    real_forward, calls = ConSERTLoss.forward, {"n": 0}
+
+    def forward(self, batch):  # Ctrl-C at the given calls: in stage 1 (call 3), then in stage 2 (call 4 + 3)
+        calls["n"] += 1
+        if calls["n"] in calls.get("stop", ()):
+            raise KeyboardInterrupt
+        return real_forward(self, batch)
+
+    monkeypatch.setattr(ConSERTLoss, "forward", forward)
+    calls["stop"] = (3,)
+    with pytest.raises(SystemExit):
+        consert.main(tiny(tiny_model_dir, tmp_path / "b", *common))
+    calls.update(n=0, stop=(5,))  # resumed: stage 1 does steps 3-5 (calls 1-3), stage 2 stops at its step 2
+    with pytest.raises(SystemExit):
+        consert.main(tiny(tiny_model_dir, tmp_path / "b", *common, "--resume"))
+    calls.update(n=0, stop=())
+    consert.main(tiny(tiny_model_dir, tmp_path / "b", *common, "--resume"))  # stage 1 finished: only stage 2 goes on
+    assert calls["n"] == 6 - 1
+    assert losses(tmp_path / "a" / "stage1") == losses(tmp_path / "b" / "stage1")
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+
+
+def test_eval_data_keeps_the_best_dev_checkpoint(tiny_model_dir, small_corpus, data_dir, tmp_path):
+    consert.main(["--corpus", str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--steps", 3, "--lr", "1e-3",
+                                                       "--eval-data", data_dir, "--eval-every", 2,
+                                                       "--eval-pooling", "last2-mean")])
+    scores = [r["eval"] for r in log(tmp_path) if "eval" in r]
+    assert len(scores) == 1  # at step 2 of 3: best/ holds step 2, model/ step 3
+    from evaluate import stsb_dev_spearman
+
+    best = SentenceEncoder.from_pretrained(tmp_path / "best")
+    assert best.pooling == "mean"  # saved with plain mean pooling; last2-mean is applied at evaluation only
+    assert abs(stsb_dev_spearman(consert.LastTwoLayersMean(best), data_dir) - scores[0]) < 1e-6
+    final = SentenceEncoder.from_pretrained(tmp_path / "model")
+    assert not torch.equal(final.bert.layers[0].ffn.up.weight, best.bert.layers[0].ffn.up.weight)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--corpus", "{missing}"], "does not exist"),
+    (["--sts-corpus", "{tmp}"], "--sts-corpus: missing"),
+    (["--corpus", "{corpus}", "--eval-data", "{tmp}"], "--eval-data: missing data file"),
+    (["--strategy", "joint", "--nli", "{missing}"], "does not exist"),
+])
+def test_bad_input_stops_before_training(args, message, tmp_path, small_corpus, tiny_model_dir):
+    paths = {"missing": tmp_path / "nope.txt", "tmp": tmp_path, "corpus": small_corpus}
+    with pytest.raises(data.CorpusError, match=message):
+        consert.main([a.format(**paths) for a in args] + ["--model", str(tiny_model_dir), "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("nli, message", [
+    (b'{"premise": "a", "hypothesis": "b", "label": "maybe"}\n', "line 1: label 'maybe' is not entailment"),
+    (None, "does not exist"),
+])
+def test_bad_input_gets_one_line_error_from_the_cli(nli, message, tmp_path, tiny_model_dir):
+    path = tmp_path / "nli.jsonl"
+    if nli is not None:
+        path.write_bytes(nli)
+    result = run("--strategy", "sup", "--nli", path, "--model", tiny_model_dir, "--out", tmp_path / "o")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--strategy", "joint"], "needs --nli"),
+    ([], "needs exactly one of --corpus and --sts-corpus"),
+    (["--corpus", "x", "--view1", "adversarial", "--view2", "adversarial"], "only one view"),
+    (["--corpus", "x", "--view1", "simcse", "--encoder-dropout", "off"], "simcse"),
+    (["--corpus", "x", "--rate1", "1.0"], "--rate1 must be in [0, 1)"),
+])
+def test_flag_combinations_are_checked(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        consert.parse_args(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cli_on_default_model_writes_a_sentence_transformers_model(tmp_path, sts_sentences):
+    from sentence_transformers import SentenceTransformer
+
+    corpus = tmp_path / "sentences.txt"
+    corpus.write_text("\n".join(sts_sentences) + "\n", encoding="utf-8")
+    result = run("--corpus", corpus, "--steps", 30, "--batch-size", 8, "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(losses(tmp_path / "out")) == 30
+    ours = SentenceEncoder.from_pretrained(tmp_path / "out" / "model")
+    assert ours.pooling == "mean" and ours.max_length == 64
+    st = SentenceTransformer(str(tmp_path / "out" / "model"), device="cpu")
+    theirs = st.encode(sts_sentences, convert_to_tensor=True)
+    assert F.cosine_similarity(ours.encode(sts_sentences), theirs).min() >= 0.99999
