@@ -9,7 +9,7 @@ What is measured (each row of the table)
 ----------------------------------------
   TSDAE training   sentences/s of optimizer steps (batch 8, max length 75, AdamW lr 3e-5, grad clip 1.0).
                    Ours: tsdae.TSDAELoss, length-bucketed batches (data.BucketBatchSampler), padding to a
-                   multiple of 8 (data.collate_pairs). Theirs: DenoisingAutoEncoderLoss(tie_encoder_decoder=True)
+                   multiple of 8 on CUDA only (data.pad_multiple). Theirs: DenoisingAutoEncoderLoss(tie_encoder_decoder=True)
                    on a SentenceTransformer(Transformer(max_seq_length=75), Pooling('cls')), batches in random
                    order padded to the longest sentence, as the library's own loader would give them.
                    Both get the SAME (damaged, original) token ids, built once here with data.DenoisingDataset
