@@ -11,6 +11,7 @@ Read top to bottom:
   7. TSDAEDecoder          - TSDAE §3.2: causal decoder that sees ONE sentence vector
   8. safetensors + checkpoint loading with explicit name mapping
   9. SentenceEncoder       - tokenizer + Bert + pooling: from_pretrained / encode / save_pretrained
+ 10. train                 - the training loop tsdae.py and consert.py share (checkpoints, resume, DDP)
 """
 from __future__ import annotations
 
