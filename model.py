@@ -20,6 +20,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import struct
 import tempfile
 import time
@@ -740,7 +741,7 @@ def gather_with_local_grad(x: torch.Tensor) -> torch.Tensor:
 def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.data.DataLoader, s: TrainSettings,
           device: torch.device) -> dict:
     """The training loop: AdamW steps over `loader` (whose batch_sampler is a data.BucketBatchSampler),
-    with a progress bar, periodic checkpoints, resume, NaN and Ctrl-C handling. Returns the progress dict.
+    with a progress bar, periodic checkpoints, resume, NaN and Ctrl-C/SIGTERM handling. Returns the progress dict.
     Under torchrun only rank 0 shows progress, logs and writes checkpoints."""
     objective.to(device).train()
     optimizer = make_optimizer(objective, s, device)
@@ -767,6 +768,11 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
         if main_process:
             save_training_state(ckpt, encoder, objective, optimizer, progress)
 
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    # `kill`, `timeout` and batch schedulers send SIGTERM: save and stop exactly as on Ctrl-C
+    previous_handler = signal.signal(signal.SIGTERM, interrupt)
     try:
         while progress["step"] < s.steps:
             sampler.set_epoch(progress["epoch"], skip=progress["step_in_epoch"])
@@ -815,6 +821,7 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
             print(f"\ninterrupted at step {progress['step']}; checkpoint saved to {ckpt} (continue with --resume)")
         raise SystemExit(130)
     finally:
+        signal.signal(signal.SIGTERM, previous_handler)
         bar.close()
         if log:
             log.close()

@@ -1,6 +1,8 @@
 """TSDAE: loss and gradient parity with sentence-transformers, tying, noise, training, resume, bad input."""
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -245,14 +247,18 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_model_dir, small_corpus, 
     SentenceEncoder.from_pretrained(tmp_path / "checkpoint" / "encoder")  # a loadable model
 
 
-def test_ctrl_c_saves_a_checkpoint(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_saves_a_checkpoint(how, tiny_model_dir, small_corpus, tmp_path, monkeypatch):
     real_forward = TSDAELoss.forward
     calls = {"n": 0}
 
     def forward(self, batch):
         calls["n"] += 1
         if calls["n"] == 4:
-            raise KeyboardInterrupt
+            if how == "sigterm":
+                os.kill(os.getpid(), signal.SIGTERM)  # as `kill` or `timeout` would
+            else:
+                raise KeyboardInterrupt
         return real_forward(self, batch)
 
     monkeypatch.setattr(TSDAELoss, "forward", forward)
