@@ -298,28 +298,26 @@ def job_train_theirs(spec: dict, work: dict, device: torch.device) -> dict:
                           spec["warmup"], len(order), len(work["pairs"]), device, spec["amp"])
 
 
-def job_encode_ours(spec: dict, work: dict, device: torch.device) -> dict:
-    encoder = model.SentenceEncoder.from_pretrained(spec["model"]).to(device)
-    sentences = work["encode_sentences"]
-    encoder.encode(sentences[:ENCODE_BATCH * 2], batch_size=ENCODE_BATCH)  # warm-up
+def timed_encode(encode, sentences: list[str], device: torch.device) -> dict:
+    """Time one `encode(sentences, batch_size=...)` call after an untimed warm-up."""
+    encode(sentences[:ENCODE_BATCH * 2], batch_size=ENCODE_BATCH)  # warm-up
     sync(device)
     t0 = time.perf_counter()
-    vectors = encoder.encode(sentences, batch_size=ENCODE_BATCH)
+    vectors = encode(sentences, batch_size=ENCODE_BATCH)
     sync(device)
     return {"seconds": time.perf_counter() - t0, "sentences": len(sentences), "dim": vectors.shape[1]}
+
+
+def job_encode_ours(spec: dict, work: dict, device: torch.device) -> dict:
+    encoder = model.SentenceEncoder.from_pretrained(spec["model"]).to(device)
+    return timed_encode(encoder.encode, work["encode_sentences"], device)
 
 
 def job_encode_theirs(spec: dict, work: dict, device: torch.device) -> dict:
     from sentence_transformers import SentenceTransformer
 
     st = SentenceTransformer(spec["model"], device=str(device))
-    sentences = work["encode_sentences"]
-    st.encode(sentences[:ENCODE_BATCH * 2], batch_size=ENCODE_BATCH)  # warm-up
-    sync(device)
-    t0 = time.perf_counter()
-    vectors = st.encode(sentences, batch_size=ENCODE_BATCH)
-    sync(device)
-    return {"seconds": time.perf_counter() - t0, "sentences": len(sentences), "dim": vectors.shape[1]}
+    return timed_encode(st.encode, work["encode_sentences"], device)
 
 
 def job_consert_ours(spec: dict, work: dict, device: torch.device) -> dict:
