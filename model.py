@@ -8,7 +8,8 @@ Read top to bottom:
   4. FeedForward, EncoderLayer, Bert   - post-LayerNorm residual blocks
   5. MLMHead               - BERT's masked-LM head, reused as TSDAE's LM head
   6. pool                  - CLS / mean / max sentence vectors
-  7. TSDAEDecoder          - TSDAE §3.2: causal decoder that sees ONE sentence vector
+  7. SentenceVectorAttention - TSDAE §3.2: cross-attention whose one key/value is the sentence vector
+     TSDAEDecoder          - the causal decoder that sees only that vector
   8. safetensors + checkpoint loading with explicit name mapping
   9. SentenceEncoder       - tokenizer + Bert + pooling: from_pretrained / encode / save_pretrained
  10. train                 - the training loop tsdae.py and consert.py share (checkpoints, resume, DDP)
@@ -27,6 +28,11 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
+
+# PyTorch's own allocator switch: CPU tensors of 2 MB and more go on transparent huge pages. A TSDAE step
+# allocates several vocabulary-sized (47 MB) gradients; page-faulting them in 4 KB pages cost about 13%
+# of the step (README, "Speed"). Read once, at torch's first large allocation; set it to 0 to opt out.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import torch
 import torch.distributed as dist
@@ -283,6 +289,35 @@ POOLING_MODES = ("cls", "mean", "max")
 # 7. The TSDAE decoder
 
 
+class SentenceVectorAttention(nn.Module):
+    """TSDAE's cross-attention (§3.2): the keys and values are ONE vector, the sentence vector s.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(dh)) V over a single key: the softmax is exactly 1 whatever
+    Q and K are, so every position of every head receives that head's value of s. The query and key
+    projections of a general cross-attention change nothing (their gradient is 0) and are left out, and
+    the value and output projections run once per sentence instead of once per token.
+    Equal to MultiHeadAttention(x, memory=s) with any Q and K, dropout included: a test checks both.
+    """
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.n_heads = cfg.num_attention_heads
+        self.v = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.dropout_p = cfg.attention_probs_dropout_prob
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        B, L, d = x.shape  # x only sets the shape: the attention weights do not depend on the queries
+        assert memory.shape == (B, 1, d), "the memory is one vector per sentence"
+        h = self.n_heads
+        value = self.v(memory).view(B, h, d // h)  # (B, h, dh): each head's value of s
+        # out(concat_h y_h) = sum_h W_out[:, h] y_h + b: project each head's value once per sentence
+        per_head = torch.einsum("ehk,bhk->bhe", self.out.weight.view(d, h, d // h), value)  # (B, h, d)
+        # the attention probability (1) of each position and head, with BERT's dropout on probabilities
+        probs = F.dropout(x.new_ones(B, L, h), self.dropout_p, self.training)  # (B, L, h)
+        return probs @ per_head + self.out.bias  # (B, L, d)
+
+
 class DecoderLayer(nn.Module):
     """Causal self-attention, cross-attention to the sentence vector, feed-forward (post-LN, like BERT).
 
@@ -293,20 +328,18 @@ class DecoderLayer(nn.Module):
     def __init__(self, enc_layer: EncoderLayer, cfg: BertConfig):
         super().__init__()
         self.self_attn, self.self_attn_norm = enc_layer.attn, enc_layer.attn_norm
-        self.cross_attn = MultiHeadAttention(cfg)
+        self.cross_attn = SentenceVectorAttention(cfg)
         self.cross_attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.ffn, self.ffn_norm = enc_layer.ffn, enc_layer.ffn_norm
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
-        init_weights(self.cross_attn.q), init_weights(self.cross_attn.k)
         init_weights(self.cross_attn.v), init_weights(self.cross_attn.out)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
         # causal: position t sees tokens <= t only. No padding mask is needed: pads sit after every
         # real token, so no real position can see one (the reference passes none either).
         x = self.self_attn_norm(x + self.dropout(self.self_attn(x, causal=True)))  # (B, L, d)
-        # §3.2: keys and values come only from the sentence vector, a memory of length 1.
-        # (Softmax over one key is 1, so every position receives the same value vector.)
-        x = self.cross_attn_norm(x + self.dropout(self.cross_attn(x, memory=memory)))  # (B, L, d)
+        # §3.2: keys and values come only from the sentence vector, a memory of length 1
+        x = self.cross_attn_norm(x + self.dropout(self.cross_attn(x, memory)))  # (B, L, d)
         return self.ffn_norm(x + self.dropout(self.ffn(x)))
 
 
@@ -758,7 +791,8 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
         step_fn = torch.compile(step_fn)
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(s.amp)
     scaler = torch.amp.GradScaler(device.type, enabled=s.amp == "fp16")
-    log = open(s.out / "log.jsonl", "a", encoding="utf-8") if main_process else None
+    # a fresh run starts a fresh log; --resume continues the old one
+    log = open(s.out / "log.jsonl", "a" if s.resume else "w", encoding="utf-8") if main_process else None
     sampler = loader.batch_sampler
     bar = data.progress(range(progress["step"], s.steps), initial=progress["step"], total=s.steps, desc="train",
                         disable=None if main_process else True)

@@ -5,7 +5,7 @@
 The only path from the damaged input to the decoder is the sentence vector (§3.2), so that vector
 must carry the sentence's meaning. After training the decoder is thrown away.
 
-    python tsdae.py --corpus examples/sentences.txt --steps 200 --out runs/tsdae
+    python tsdae.py --corpus examples/topics.txt --steps 200 --out runs/tsdae
 """
 from __future__ import annotations
 

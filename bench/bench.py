@@ -43,9 +43,10 @@ vocabulary V, per layer:
   attention values PV        n^2 d
 TSDAE decoder on the original sentence: m = n_original - 1 positions (= its label tokens); causal
 self-attention is counted as the full m x m (what a fused kernel computes; the causal half would be
-m(m+1)/2); cross-attention: Q and out projections on m tokens (2 m d^2), K and V projections on the
-memory of length 1 (2 d^2), scores and values over 1 key (2 m d); then the LM head: transform m d^2
-and vocabulary projection m d V. Training = 3 x forward (backward costs two forward matmuls).
+m(m+1)/2); cross-attention over the one sentence vector needs only its V and out projections (2 d^2)
+and the mix of the h heads' projected values at each position (m h d): the softmax over one key is 1,
+so Q and K are not needed (model.SentenceVectorAttention); then the LM head: transform m d^2 and
+vocabulary projection m d V. Training = 3 x forward (backward costs two forward matmuls).
 encode = forward only. The same count is used for both systems (same data), so the GFLOP/s ratio
 equals the sentences/s ratio: the library does more arithmetic (on padding) but gets no credit for it.
 """
@@ -109,7 +110,7 @@ def decoder_macs(m: int, cfg: model.BertConfig) -> int:
     """Multiply-accumulates of one TSDAE decoder forward pass with m positions (= m label tokens)."""
     d, f, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
     self_block = m * (4 * d * d + 2 * d * f) + 2 * m * m * d  # causal counted as the full m x m
-    cross = 2 * m * d * d + 2 * d * d + 2 * m * d  # Q, out on m tokens; K, V on the 1-vector memory; 1 key
+    cross = 2 * d * d + m * cfg.num_attention_heads * d  # V, out on the one vector; mix heads per position
     lm_head = m * d * d + m * d * V  # transform + vocabulary projection, label tokens only
     return cfg.num_hidden_layers * (self_block + cross) + lm_head
 
@@ -172,19 +173,41 @@ def optimizer_steps(loss_fn, params: list, optimizer, batches, steps: int, devic
     return losses
 
 
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def profiled(fn: Callable, device: torch.device) -> tuple:
+    """fn() under torch.profiler: (its result, the top operators as a table, seconds inside matmul kernels,
+    seconds inside all operators)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        out = fn()
+    events = prof.key_averages()
+    attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    matmul_us = sum(getattr(e, attr) for e in events if e.key in MATMUL_OPS)
+    total_us = sum(getattr(e, attr) for e in events)
+    return out, events.table(sort_by=attr, row_limit=12), matmul_us / 1e6, total_us / 1e6
+
+
 def timed_training(loss_fn, params, optimizer, batches, warmup: int, steps: int, n_sentences: int, device,
-                   amp) -> dict:
+                   amp, profile: bool = False) -> dict:
     """`warmup` untimed steps, then `steps` timed ones, all from one iterator over `batches` (so DataLoader
-    workers start before the clock does)."""
+    workers start before the clock does). With `profile`, the timed steps run under torch.profiler."""
     batches = iter(batches)
     scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
     optimizer_steps(loss_fn, params, optimizer, batches, warmup, device, amp, scaler)
     sync(device)
     t0 = time.perf_counter()
-    losses = optimizer_steps(loss_fn, params, optimizer, batches, steps, device, amp, scaler)
+    timed = lambda: optimizer_steps(loss_fn, params, optimizer, batches, steps, device, amp, scaler)
+    losses, table, matmul_seconds, op_seconds = profiled(timed, device) if profile else (timed(), None, None, None)
     sync(device)
     seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "sentences": n_sentences, "mean_loss": sum(losses) / len(losses)}
+    result = {"seconds": seconds, "sentences": n_sentences, "mean_loss": sum(losses) / len(losses)}
+    if profile:
+        result.update(profile=table, matmul_seconds=matmul_seconds, op_seconds=op_seconds)
+    return result
 
 
 def to_device(batch: dict, device: torch.device) -> dict:
@@ -278,7 +301,8 @@ def job_train_ours(spec: dict, work: dict, device: torch.device) -> dict:
     order, loader = our_tsdae_batches(work, encoder, device)
     loss_fn = lambda batch: step_fn(to_device(batch, device))
     return timed_training(loss_fn, list(objective.parameters()), optimizer, loader(order[: spec["warmup"]] + order),
-                          spec["warmup"], len(order), len(work["pairs"]), device, spec["amp"])
+                          spec["warmup"], len(order), len(work["pairs"]), device, spec["amp"],
+                          spec["profile"])
 
 
 def job_train_theirs(spec: dict, work: dict, device: torch.device) -> dict:
@@ -295,7 +319,8 @@ def job_train_theirs(spec: dict, work: dict, device: torch.device) -> dict:
     order, collated = their_tsdae_batches(work)
     loss_fn = lambda feats: loss_module([to_device(f, device) for f in feats], None)
     return timed_training(loss_fn, list(loss_module.parameters()), optimizer, collated(order[: spec["warmup"]] + order),
-                          spec["warmup"], len(order), len(work["pairs"]), device, spec["amp"])
+                          spec["warmup"], len(order), len(work["pairs"]), device, spec["amp"],
+                          spec["profile"])
 
 
 def timed_encode(encode, sentences: list[str], device: torch.device) -> dict:
@@ -339,7 +364,7 @@ def job_consert_ours(spec: dict, work: dict, device: torch.device) -> dict:
             yield to_device(consert.collate_sentences([ids[i] for i in b], encoder.bert.cfg.pad_token_id), device)
 
     return timed_training(objective, list(objective.parameters()), optimizer, collated(order[: spec["warmup"]] + order),
-                          spec["warmup"], len(order), len(ids), device, spec["amp"])
+                          spec["warmup"], len(order), len(ids), device, spec["amp"], spec["profile"])
 
 
 JOBS = {
@@ -405,8 +430,12 @@ def tokens_computed(work: dict, encoder) -> dict:
 
 
 def child_env(threads: int) -> dict:
+    """The same environment for both systems. That includes THP_MEM_ALLOC_ENABLE, which `import model` sets to 1
+    unless it was set already: the library's processes get huge pages too, so the ratio measures code, not
+    allocator settings."""
     env = dict(os.environ)
-    env.update(RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true" if threads > 1 else "false",
+    env.update(THP_MEM_ALLOC_ENABLE=os.environ["THP_MEM_ALLOC_ENABLE"], RAYON_NUM_THREADS=str(threads),
+               TOKENIZERS_PARALLELISM="true" if threads > 1 else "false",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
     return env
 
@@ -452,7 +481,8 @@ def machine_description(device: torch.device, threads: int) -> str:
                 break
     except OSError:
         pass
-    text = f"{cpu}, {os.cpu_count()} logical CPUs, {threads} torch threads, torch {torch.__version__}"
+    text = (f"{cpu}, {os.cpu_count()} logical CPUs, {threads} torch threads, torch {torch.__version__}, "
+            f"THP_MEM_ALLOC_ENABLE={os.environ['THP_MEM_ALLOC_ENABLE']} for both systems")
     if device.type == "cuda":
         text = f"GPU {torch.cuda.get_device_name(device)} ({text})"
     return text
@@ -485,6 +515,20 @@ def print_table(rows: list[tuple[str, dict, str | None]], device: torch.device, 
         print("| " + " | ".join(cells) + " |")
 
 
+def print_profiles(runs: dict, flops: dict, peak_gflops: float | None) -> None:
+    """--profile: per training job, the last round's top operators, and how fast the matmul kernels alone turn
+    the useful FLOPs over (the rest of the step is everything else: optimizer, norms, dropout, memory)."""
+    for job, part in [("train_ours", "train"), ("train_theirs", "train"), ("consert_ours", "consert")]:
+        r = next((r for r in reversed(runs.get(job, [])) if "profile" in r), None)
+        if r is None:
+            continue
+        gflops = flops[part] / r["matmul_seconds"] / 1e9
+        share = f", {gflops / peak_gflops:.0%} of the matmul peak" if peak_gflops else ""
+        print(f"\n{job} (profiled): matmul kernels {r['matmul_seconds']:.2f} s of {r['op_seconds']:.2f} s in operators "
+              f"({r['matmul_seconds'] / r['op_seconds']:.0%}); useful work inside them {gflops:.1f} GFLOP/s{share}"
+              f"\n{r['profile']}")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data-dir", default=os.environ.get("EVAL_DATA_DIR", str(ROOT.parent / "shared" / "data")),
@@ -501,6 +545,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--amp", choices=["none", "bf16", "fp16"], default="none", help="autocast for BOTH systems (CUDA)")
     p.add_argument("--compile", action="store_true", help="torch.compile OUR training step (theirs unchanged)")
     p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile the training steps: top operators and the matmul kernels' share (slower)")
     p.add_argument("--json", default=None, metavar="OUT", help="also write every figure to this JSON file")
     p.add_argument("--_job", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -538,7 +584,7 @@ def main(argv=None) -> int:
             parts.remove("consert")
 
     base_spec = {"model": model_path, "device": str(device), "threads": args.threads, "amp": args.amp,
-                 "compile": args.compile, "warmup": args.warmup_steps,
+                 "compile": args.compile, "warmup": args.warmup_steps, "profile": args.profile,
                  "matmul_n": 8192 if device.type == "cuda" else 2048, "matmul_trials": 3}
     if args.quick:
         base_spec["matmul_trials"] = 1
@@ -598,6 +644,8 @@ def main(argv=None) -> int:
         fmt = lambda t: " / ".join(f"{t[k]:.1f}" for k in ("encoder", "decoder", "lm_head"))
         print(f"\nTSDAE tokens per sentence computed (encoder / decoder / LM head): real {fmt(tokens['real'])}; "
               f"ours {fmt(tokens['ours'])}" + (f"; sentence-transformers {fmt(tokens['theirs'])}" if theirs else ""))
+    if args.profile:
+        print_profiles(runs, flops, peak_gflops)
     print(f"\n{machine_description(device, args.threads)}. Command: python bench/bench.py "
           + " ".join(a for a in (argv if argv is not None else sys.argv[1:])))
     if args.json:

@@ -80,30 +80,34 @@ exp2_consert() {
     ev consert_minilm_twitter $(enc consert_minilm_twitter) twitterpara
 }
 
-exp1b() {  # TSDAE at the paper's learning rate (NOT run in the reported session: no time)
+exp1b() {  # TSDAE at the paper's learning rate
     run tsdae_mini_lr3e-5 python tsdae.py --corpus runs/sts_sentences.txt --model $MINI --steps 1000 --lr 3e-5 --save-every 0 --out runs/tsdae_mini_lr3e-5
     ev tsdae_mini_lr3e-5 runs/tsdae_mini_lr3e-5/model stsb
 }
 
-tsdae_abl() {  # tsdae_abl NOISE RATIO: 300 steps of 8 at lr 1e-4 from bert-mini, scored on STS-b dev
-    local n=tsdae_abl_$1$2
-    run $n python tsdae.py --corpus runs/sts_sentences.txt --model $MINI --steps 300 --lr 1e-4 --noise $1 --noise-ratio $2 --save-every 0 --out runs/$n
+tsdae_abl() {  # tsdae_abl NOISE RATIO [SEED]: 300 steps of 8 at lr 1e-4 from bert-mini, scored on STS-b dev
+    local seed=${3:-0} n=tsdae_abl_$1$2
+    [ "$seed" = 0 ] || n=${n}_seed$seed
+    run $n python tsdae.py --corpus runs/sts_sentences.txt --model $MINI --steps 300 --lr 1e-4 --noise $1 --noise-ratio $2 --seed $seed --save-every 0 --out runs/$n
     ev $n runs/$n/model stsb-dev
 }
-exp3() {  # TSDAE noise ablation on bert-mini (paper tables 5 and 6 in miniature) (partly run: delete 0.3/0.6/0.9 only; the other noise types were not run for lack of time)
-    for noise in delete swap mask replace add; do tsdae_abl $noise 0.3; done
-    tsdae_abl delete 0.6; tsdae_abl delete 0.9
-}
+exp3() { exp3_types; exp3_ratios; exp3_seeds; }  # TSDAE noise ablation on bert-mini (paper tables 5 and 6 in miniature)
+exp3_types()  { for noise in delete swap mask replace add; do tsdae_abl $noise 0.3; done; }
+exp3_ratios() { tsdae_abl delete 0.6; tsdae_abl delete 0.9; }
+exp3_seeds()  { for seed in 1 2; do tsdae_abl delete 0.3 $seed; tsdae_abl delete 0.6 $seed; done; }  # how big is seed noise?
 
 consert_abl() {  # consert_abl NAME ARGS...: 80 steps of 96 at lr 2e-5 from bert-mini, scored on STS-b dev
     local n=consert_abl_$1; shift
     run $n python consert.py --corpus runs/sts_sentences.txt --model $MINI --steps 80 --batch-size 96 --lr 2e-5 --save-every 0 --out runs/$n "$@"
     ev $n runs/$n/model stsb-dev
 }
-exp4() {  # (partly run: t0.05, t0.1, t0.2 only; the view rows were not run for lack of time) ConSERT temperature (views feature_cutoff + shuffle) and view-pair (temperature 0.1) ablation
+exp4() { exp4_temperatures; exp4_views; }  # ConSERT temperature and view-pair ablation on bert-mini
+exp4_temperatures() {  # views feature_cutoff + shuffle
     consert_abl t0.05 --temperature 0.05
     consert_abl t0.1 --temperature 0.1        # also the feature_cutoff+shuffle row of the view table
     consert_abl t0.2 --temperature 0.2
+}
+exp4_views() {  # temperature 0.1
     consert_abl tokcut_shuffle --temperature 0.1 --view1 token_cutoff --view2 shuffle
     consert_abl none_none --temperature 0.1 --view1 none --view2 none
     consert_abl dropout_dropout --temperature 0.1 --view1 dropout --view2 dropout

@@ -1,4 +1,5 @@
 """TSDAE: loss and gradient parity with sentence-transformers, tying, noise, training, resume, bad input."""
+import dataclasses
 import json
 import os
 import random
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def copy_reference_decoder_weights(ours: TSDAELoss, ref_decoder) -> None:
     """The reference's freshly initialised decoder-only weights (cross-attention, LM-head transform, bias) into ours."""
     sd = ref_decoder.state_dict()
-    names = {"q": "self.query", "k": "self.key", "v": "self.value", "out": "output.dense"}
+    names = {"v": "self.value", "out": "output.dense"}  # its query and key have no effect (one key): ours has none
     with torch.no_grad():
         for i, layer in enumerate(ours.decoder.layers):
             pre = f"bert.encoder.layer.{i}.crossattention."
@@ -73,6 +74,13 @@ def test_loss_and_gradients_equal_sentence_transformers(minilm_path, sts_sentenc
             assert p.grad.abs().max() < 1e-6 and g_ref.abs().max() < 1e-6
             continue
         assert (p.grad - g_ref).abs().max() <= 1e-4 * g_ref.abs().max(), name
+    ref_decoder = dict(ref.decoder.named_parameters())
+    for i, layer in enumerate(ours.decoder.layers):  # the cross-attention, computed once per sentence here
+        for ours_name, hf_name in [("v", "self.value"), ("out", "output.dense")]:
+            for kind in ("weight", "bias"):
+                g_ref = ref_decoder[f"bert.encoder.layer.{i}.crossattention.{hf_name}.{kind}"].grad
+                g = getattr(getattr(layer.cross_attn, ours_name), kind).grad
+                assert (g - g_ref).abs().max() <= 1e-4 * g_ref.abs().max(), (i, ours_name, kind)
 
 
 # ---------------------------------------------------------------- tying and the bottleneck
@@ -94,6 +102,32 @@ def test_tied_weights_are_one_tensor(tiny_objective):
     shared = {id(p) for p in bert.parameters()}
     own = [n for n, p in tiny_objective.decoder.named_parameters() if id(p) not in shared]
     assert all(".cross_attn" in n or "lm_head." in n for n in own) and own
+
+
+def test_sentence_vector_attention_equals_general_attention_over_one_key(tiny_model_dir):
+    """Our shortcut = MultiHeadAttention with the sentence vector as the only key/value, whatever Q and K;
+    in training mode with the same dropout applied to the attention probabilities."""
+    from model import MultiHeadAttention, SentenceVectorAttention, attention_reference, load_bert
+
+    cfg = dataclasses.replace(load_bert(tiny_model_dir).cfg, attention_probs_dropout_prob=0.1)
+    ours, general = SentenceVectorAttention(cfg), MultiHeadAttention(cfg)
+    general.v.load_state_dict(ours.v.state_dict())
+    general.out.load_state_dict(ours.out.state_dict())
+    x, s = torch.randn(3, 9, cfg.hidden_size), torch.randn(3, 1, cfg.hidden_size)
+    torch.testing.assert_close(ours.eval()(x, s), general.eval()(x, memory=s))
+
+    ours.train()
+    torch.manual_seed(1)
+    y = ours(x, s)
+    torch.manual_seed(1)
+    B, L, h = 3, 9, cfg.num_attention_heads
+    keep = F.dropout(torch.ones(B, L, h), ours.dropout_p, True).transpose(1, 2)[..., None]  # (B, h, L, 1)
+    q, k, v = (general.split_heads(f(t)) for f, t in [(general.q, x), (general.k, s), (general.v, s)])
+    probs = (q @ k.transpose(-2, -1)).softmax(-1) * keep  # (B, h, L, 1): 1, dropped or scaled
+    assert ours.dropout_p > 0 and (keep == 0).any()
+    expected = general.out((probs @ v).transpose(1, 2).reshape(B, L, -1))
+    torch.testing.assert_close(y, expected)
+    torch.testing.assert_close(attention_reference(q, k, v), v.expand_as(q))  # softmax over one key is 1
 
 
 def test_untied_decoder_is_a_separate_copy(tiny_model_dir):
@@ -227,6 +261,8 @@ def test_resume_continues_the_same_loss_sequence(tiny_model_dir, small_corpus, t
     tsdae.main(common + ["--out", str(tmp_path / "b"), "--steps", "6"])  # crosses an epoch boundary (4 steps/epoch)
     tsdae.main(common + ["--out", str(tmp_path / "b"), "--steps", "10", "--resume"])
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
+    tsdae.main(common + ["--out", str(tmp_path / "b"), "--steps", "3"])  # a fresh run into the same folder
+    assert losses(tmp_path / "b") == losses(tmp_path / "a")[:3]  # starts a fresh log
 
 
 def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
