@@ -718,8 +718,12 @@ def load_training_state(folder: Path, objective: nn.Module, optimizer) -> dict:
     if not path.exists():
         raise ModelLoadError(f"--resume: no checkpoint at {folder}")
     state = torch.load(path, map_location="cpu", weights_only=False)
-    objective.load_state_dict(state["objective"])
-    optimizer.load_state_dict(state["optimizer"])
+    try:
+        objective.load_state_dict(state["objective"])
+        optimizer.load_state_dict(state["optimizer"])
+    except (RuntimeError, ValueError) as e:  # another --model, --untie, view or code version than the saved run
+        reason = str(e).strip().splitlines()[0]
+        raise ModelLoadError(f"--resume: the checkpoint at {folder} does not fit this run's settings ({reason})") from None
     torch.set_rng_state(state["rng"])
     if state["cuda_rng"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda_rng"])

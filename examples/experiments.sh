@@ -15,12 +15,14 @@ run() {  # run NAME COMMAND...: time one command, keep its output
     python -c "print(round($e-$s,1))" > "runs/$name.time"
     echo "$name rc=$rc $(cat runs/$name.time)s" | tee -a runs/progress.log
 }
-# CPU time boxes: on the reported 2-core CPU (shared with other jobs) some runs were stopped by SIGINT
-# after a wall budget (`timeout -s INT N env --default-signal=INT`: a job started in the background
-# ignores SIGINT, and Python then never installs its KeyboardInterrupt handler); the trainer then saves runs/<name>/checkpoint/encoder, which is
-# what gets scored (enc() picks model/ when the run finished, else that checkpoint). The steps reached are
-# in runs/<name>/log.jsonl and in EXPERIMENTS.md; on a faster machine a box may reach --steps and finish.
-enc() { if [ -d "runs/$1/model" ]; then echo "runs/$1/model"; else echo "runs/$1/checkpoint/encoder"; fi; }
+# CPU time boxes: some runs are stopped after a wall budget (`timeout 150`); on SIGTERM the trainer saves
+# runs/<name>/checkpoint/encoder, which is what gets scored (enc() picks model/ when the run finished, else
+# that checkpoint). The steps reached are in runs/<name>/log.jsonl and in EXPERIMENTS.md; on a faster
+# machine a box may reach --steps and finish.
+enc() {  # the finished model, unless a later interrupted run left a newer checkpoint
+    if [ -d "runs/$1/model" ] && [ "runs/$1/model" -nt "runs/$1/checkpoint" ]; then echo "runs/$1/model"
+    else echo "runs/$1/checkpoint/encoder"; fi
+}
 ev() {  # ev NAME MODEL TASKS [--pooling P]
     local name=$1 model=$2 tasks=$3; shift 3
     run "eval_$name" python evaluate.py --model "$model" --tasks "$tasks" --json "runs/eval_$name.json" "$@"
@@ -51,8 +53,6 @@ exp1() {  # from the raw masked-LM bert-mini on the STS sentences, scored on STS
     exp1_tsdae; exp1_consert; exp1_simcse
 }
 exp1_tsdae() {
-    # (reported run: --steps 1000, stopped by SIGINT at step 516 for time and scored from checkpoint/encoder;
-    #  the learning rate is constant, so --steps 516 gives the same model)
     run tsdae_mini_lr1e-4 python tsdae.py --corpus runs/sts_sentences.txt --model $MINI --steps 516 --lr 1e-4 --save-every 0 --out runs/tsdae_mini_lr1e-4
     ev tsdae_mini_lr1e-4 runs/tsdae_mini_lr1e-4/model stsb
 }
@@ -61,7 +61,7 @@ exp1_consert() {
     ev consert_mini $(enc consert_mini) stsb
 }
 exp1_simcse() {
-    run simcse_mini timeout -s INT 150 env --default-signal=INT python consert.py --corpus runs/sts_sentences.txt --model $MINI --view1 simcse --view2 simcse --encoder-dropout on --steps 100 --batch-size 64 --lr 3e-5 --temperature 0.05 --save-every 0 --out runs/simcse_mini
+    run simcse_mini timeout 150 python consert.py --corpus runs/sts_sentences.txt --model $MINI --view1 simcse --view2 simcse --encoder-dropout on --steps 100 --batch-size 64 --lr 3e-5 --temperature 0.05 --save-every 0 --out runs/simcse_mini
     ev simcse_mini $(enc simcse_mini) stsb
 }
 
@@ -72,11 +72,11 @@ exp2_raw() {
     ev raw_minilm_twitter "" twitterpara   # (empty --model: evaluate.py's default, the shipped MiniLM)
 }
 exp2_tsdae() {
-    run tsdae_minilm_twitter timeout -s INT 150 env --default-signal=INT python tsdae.py --corpus runs/twitter_sentences.txt --pooling mean --steps 150 --lr 3e-5 --save-every 0 --out runs/tsdae_minilm_twitter
+    run tsdae_minilm_twitter timeout 150 python tsdae.py --corpus runs/twitter_sentences.txt --pooling mean --steps 150 --lr 3e-5 --save-every 0 --out runs/tsdae_minilm_twitter
     ev tsdae_minilm_twitter $(enc tsdae_minilm_twitter) twitterpara
 }
 exp2_consert() {
-    run consert_minilm_twitter timeout -s INT 150 env --default-signal=INT python consert.py --corpus runs/twitter_sentences.txt --steps 50 --batch-size 96 --lr 2e-5 --temperature 0.05 --save-every 0 --out runs/consert_minilm_twitter
+    run consert_minilm_twitter timeout 150 python consert.py --corpus runs/twitter_sentences.txt --steps 50 --batch-size 96 --lr 2e-5 --temperature 0.05 --save-every 0 --out runs/consert_minilm_twitter
     ev consert_minilm_twitter $(enc consert_minilm_twitter) twitterpara
 }
 

@@ -263,6 +263,9 @@ def test_resume_continues_the_same_loss_sequence(tiny_model_dir, small_corpus, t
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
     tsdae.main(common + ["--out", str(tmp_path / "b"), "--steps", "3"])  # a fresh run into the same folder
     assert losses(tmp_path / "b") == losses(tmp_path / "a")[:3]  # starts a fresh log
+    result = run(*common, "--out", tmp_path / "b", "--steps", "5", "--resume", "--untie")  # other settings
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "does not fit this run's settings" in result.stderr.strip().splitlines()[-1]
 
 
 def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
