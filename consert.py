@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -31,8 +30,8 @@ import torch.nn.functional as F
 
 import data
 from model import (
-    ModelLoadError, MultiHeadAttention, SentenceEncoder, TrainingStopped, TrainSettings, default_model_path,
-    gather_with_local_grad, global_mean, init_distributed, pick_device, pool, train,
+    MultiHeadAttention, SentenceEncoder, TrainSettings, add_run_arguments, default_model_path, gather_with_local_grad,
+    global_mean, init_distributed, pick_device, pool, run_cli, train,
 )
 
 # ----------------------------------------------------------------------------
@@ -454,13 +453,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      help="sentences (or NLI pairs) per step; under torchrun the global batch, split over the processes")
     opt.add_argument("--local-negatives", action="store_true",
                      help="under torchrun: contrast each process's share of the batch only (default: all processes')")
-    opt.add_argument("--seed", type=int, default=0)
-    opt.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:1, ...")
-    opt.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast precision (CUDA)")
-    opt.add_argument("--compile", action="store_true", help="torch.compile the training step")
-    opt.add_argument("--workers", type=int, default=None, help="DataLoader workers (default: 2 on CUDA, 0 on CPU)")
-    opt.add_argument("--no-bucketing", action="store_true", help="plain shuffled batches instead of length buckets")
-    opt.add_argument("--save-every", type=int, default=1000, help="write a resumable checkpoint every N steps")
+    add_run_arguments(opt)
     opt.add_argument("--resume", action="store_true",
                      help="continue from OUT's checkpoint (a finished stage 1 is kept)")
     ev = p.add_argument_group("model selection (contrastive training degrades late: keep the best dev checkpoint)")
@@ -574,7 +567,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (data.CorpusError, ModelLoadError, TrainingStopped) as e:
-        sys.exit(f"error: {e}")
+    run_cli(main)

@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import struct
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, fields
@@ -876,3 +877,25 @@ def evaluate_and_keep_best(encoder: SentenceEncoder, s: TrainSettings, progress:
         progress["best"] = score
         encoder.save_pretrained(s.out / "best")
     return score
+
+
+# The command-line pieces both training scripts share.
+
+
+def add_run_arguments(p) -> None:
+    """Flags for how `train` and `data.make_loader` run, on a parser or argument group (--resume is each script's)."""
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:1, ...")
+    p.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast precision (CUDA)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the training step")
+    p.add_argument("--workers", type=int, default=None, help="DataLoader workers (default: 2 on CUDA, 0 on CPU)")
+    p.add_argument("--no-bucketing", action="store_true", help="plain shuffled batches instead of length buckets")
+    p.add_argument("--save-every", type=int, default=1000, help="write a resumable checkpoint every N steps")
+
+
+def run_cli(main: Callable[[], int]) -> None:
+    """A script's entry point: a user's mistake (bad corpus, bad model folder, NaN loss) ends in one line."""
+    try:
+        sys.exit(main())
+    except (data.CorpusError, ModelLoadError, TrainingStopped) as e:
+        sys.exit(f"error: {e}")

@@ -10,7 +10,6 @@ must carry the sentence's meaning. After training the decoder is thrown away.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
@@ -19,8 +18,8 @@ import torch.nn.functional as F
 
 import data
 from model import (
-    ModelLoadError, SentenceEncoder, TrainingStopped, TrainSettings, TSDAEDecoder, default_model_path, global_mean,
-    init_distributed, pick_device, train,
+    SentenceEncoder, TrainSettings, TSDAEDecoder, add_run_arguments, default_model_path, global_mean, init_distributed,
+    pick_device, run_cli, train,
 )
 
 
@@ -88,13 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--untie", action="store_true", help="separate decoder weights (initialised from the same checkpoint)")
     p.add_argument("--loss-normalisation", default="tokens", choices=["tokens", "sentence"],
                    help="tokens: mean over the batch's tokens (reference code); sentence: per-sentence sum (paper §3.1)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:1, ...")
-    p.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast precision (CUDA)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the training step")
-    p.add_argument("--workers", type=int, default=None, help="DataLoader workers (default: 2 on CUDA, 0 on CPU)")
-    p.add_argument("--no-bucketing", action="store_true", help="plain shuffled batches instead of length buckets")
-    p.add_argument("--save-every", type=int, default=1000, help="write a resumable checkpoint every N steps")
+    add_run_arguments(p)
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument("--eval-data", default=None, help="data folder with stsbenchmark/: log STS-b dev Spearman")
     p.add_argument("--eval-every", type=int, default=500, help="steps between evaluations (with --eval-data)")
@@ -133,7 +126,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (data.CorpusError, ModelLoadError, TrainingStopped) as e:
-        sys.exit(f"error: {e}")
+    run_cli(main)

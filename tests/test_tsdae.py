@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import data
 import tsdae
-from model import SentenceEncoder, to_hf_name
+from model import SentenceEncoder, TrainingStopped, to_hf_name
 from tsdae import TSDAELoss
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -278,7 +278,7 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_model_dir, small_corpus, 
         return loss * float("nan") if calls["n"] == 5 else loss
 
     monkeypatch.setattr(TSDAELoss, "forward", forward)
-    with pytest.raises(tsdae.TrainingStopped, match="loss became nan at step 5"):
+    with pytest.raises(TrainingStopped, match="loss became nan at step 5"):
         tsdae.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
                     "--steps", "10", "--save-every", "2"])
     state = torch.load(tmp_path / "checkpoint" / "training_state.pt", weights_only=False)
