@@ -105,13 +105,16 @@ class Embeddings(nn.Module):
         self.token_type = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.sparse_word_grad = False  # True under TSDAE: see GradientLast
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
         B, L = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(L, device=input_ids.device).expand(B, L)  # (B, L)
+        sparse = self.sparse_word_grad and not torch.compiler.is_compiling()  # inductor has no sparse gradients
+        word = F.embedding(input_ids, self.word.weight, self.word.padding_idx, sparse=sparse)  # (B, L, d)
         # all our inputs are single sentences: segment id 0 everywhere
-        x = self.word(input_ids) + self.position(position_ids) + self.token_type.weight[0]  # (B, L, d)
+        x = word + self.position(position_ids) + self.token_type.weight[0]  # (B, L, d)
         return self.dropout(self.norm(x))
 
 
@@ -264,7 +267,12 @@ class MLMHead(nn.Module):
 
     def forward(self, h: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
         h = self.norm(F.gelu(self.dense(h)))  # (..., d)
-        return F.linear(h, word_embeddings, self.bias)  # (..., V)
+        rows = h.reshape(-1, h.shape[-1])  # (N, d)
+        # = F.linear(h, E, bias), with the matmul written (E h^T)^T: the same products, but E's gradient comes out
+        # of it as a fresh (V, d) tensor, not a transposed view (TSDAE's GradientLast needs that), and MKL runs
+        # this layout faster on CPU
+        logits = (word_embeddings @ rows.T).T.contiguous() + self.bias  # (N, V)
+        return logits.view(*h.shape[:-1], -1)  # (..., V)
 
 
 # ----------------------------------------------------------------------------
@@ -369,8 +377,31 @@ class TSDAEDecoder(nn.Module):
             x = layer(x, memory)
         return x
 
-    def logits(self, states: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(states, self.embeddings.word.weight)  # (..., V)
+    def logits(self, states: torch.Tensor, word_embeddings: torch.Tensor | None = None) -> torch.Tensor:
+        """states (..., d) -> (..., V). word_embeddings: the (tied) matrix to project with, if not read directly."""
+        return self.lm_head(states, self.embeddings.word.weight if word_embeddings is None else word_embeddings)
+
+
+class GradientLast(torch.autograd.Function):
+    """y = x, but autograd delivers this use's gradient of x after all the others. Speed only, same numbers.
+
+    TSDAE uses the word-embedding matrix E (V x d, 47 MB for BERT) three times: the encoder's lookup, the
+    decoder's lookup and the vocabulary projection. By default each lookup's backward builds a dense (V, d)
+    gradient (a 47 MB zero-fill, then an add), although only the rows of the batch's tokens are non-zero.
+    TSDAELoss instead lets the lookups give sparse gradients (Embeddings.sparse_word_grad) and reads E for the
+    projection through this identity, created before both lookups. Of the backward steps that are ready,
+    autograd runs the one created last first, so this one runs after the lookups'; autograd adds sparse rows
+    into a dense gradient in place only when the dense one comes last. The weight's gradient stays dense.
+    (x.view_as(x) alone is not enough: its backward hands on a view, which autograd never adds into in place.)
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad
 
 
 # ----------------------------------------------------------------------------

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 import data
 from model import (
-    SentenceEncoder, TrainSettings, TSDAEDecoder, add_run_arguments, default_model_path, global_mean, init_distributed,
-    pick_device, run_cli, train,
+    GradientLast, SentenceEncoder, TrainSettings, TSDAEDecoder, add_run_arguments, default_model_path, global_mean,
+    init_distributed, pick_device, run_cli, train,
 )
 
 
@@ -39,9 +39,12 @@ class TSDAELoss(nn.Module):
         self.decoder = TSDAEDecoder(encoder.bert, tie=tie)  # app. A: tied to the encoder
         if not tie:
             encoder.bert.mlm_head = None  # the separate decoder has its own copy; the encoder never used it
+        self.decoder.embeddings.sparse_word_grad = True  # speed only: see model.GradientLast
         self.normalisation = normalisation
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        # the vocabulary projection's E, taken before any lookup so that its dense gradient comes last
+        word_embeddings = GradientLast.apply(self.decoder.embeddings.word.weight)  # (V, d)
         # §3.1: the encoder reads the DAMAGED sentence and gives one vector per sentence
         sentence_vec = self.encoder(batch["damaged_ids"], batch["damaged_mask"])  # (B, d)
         # teacher forcing: read the original up to t, predict token t+1 ([CLS] a b -> a b [SEP])
@@ -50,7 +53,7 @@ class TSDAELoss(nn.Module):
         is_label = mask[:, 1:].bool()  # (B, L-1): real tokens to predict
         states = self.decoder(decoder_input, sentence_vec)  # (B, L-1, d)
         # the vocabulary projection is the costliest matmul: compute it only where there is a label
-        logits = self.decoder.logits(states[is_label])  # (T, V), T = real label tokens in the batch
+        logits = self.decoder.logits(states[is_label], word_embeddings)  # (T, V), T = real label tokens in the batch
         total = F.cross_entropy(logits.float(), labels[is_label], reduction="sum")
         count = is_label.sum() if self.normalisation == "tokens" else torch.tensor(len(original), device=total.device)
         return global_mean(total, count)  # = total / count; under torchrun over the whole global batch

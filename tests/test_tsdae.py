@@ -148,6 +148,29 @@ def test_a_step_changes_encoder_and_decoder_together(tiny_objective, small_corpu
     assert torch.equal(tiny_objective.encoder.bert.layers[0].ffn.up.weight, w)
 
 
+def test_word_matrix_gradient_is_summed_without_vocabulary_sized_temporaries(tiny_objective, small_corpus):
+    """E has three uses (two lookups, the projection). Sparse lookups + model.GradientLast give the same
+    gradient as dense lookups, without the (V, d) zero-fills and copies those make."""
+    from torch.profiler import profile
+
+    obj = tiny_objective
+    ds = data.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
+    batch = data.collate_pairs([ds[(0, i)] for i in range(8)])
+    E = obj.decoder.embeddings.word.weight
+    grads, temporaries = [], []
+    for sparse in (True, False):
+        obj.decoder.embeddings.sparse_word_grad = sparse
+        E.grad = None
+        with profile(record_shapes=True) as prof:
+            obj(batch).backward()
+        grads.append(E.grad)
+        temporaries.append([e.name for e in prof.events() if e.name in ("aten::fill_", "aten::copy_")
+                            and e.input_shapes and list(e.input_shapes[0]) == list(E.shape)])
+    assert grads[0].layout == torch.strided  # AdamW needs a dense gradient
+    torch.testing.assert_close(grads[0], grads[1])
+    assert temporaries[0] == [] and temporaries[1], temporaries  # dense lookups: one zero-fill each
+
+
 def test_decoder_sees_only_the_cls_vector(tiny_objective, small_corpus):
     """Change every encoder output except position 0: with CLS pooling the logits must not move."""
     obj = tiny_objective.eval()
