@@ -122,16 +122,21 @@ class Embeddings(nn.Module):
 # 3. Attention
 
 
-def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                        dropout_p: float = 0.0) -> torch.Tensor:
     """softmax(Q K^T / sqrt(d_head)) V, written out ("Attention Is All You Need", eq. 1).
 
     q: (B, h, Lq, dh), k and v: (B, h, Lk, dh), mask: bool, broadcastable to (B, h, Lq, Lk), True = may attend.
-    MultiHeadAttention computes exactly this with a fused kernel; a test compares the two.
+    dropout_p: BERT's dropout on the attention probabilities (training only).
+    MultiHeadAttention uses this on CPU and PyTorch's fused kernel on CUDA; a test checks they agree.
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Lq, Lk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1) @ v  # (B, h, Lq, dh)
+    probs = scores.softmax(dim=-1)
+    if dropout_p > 0:
+        probs = F.dropout(probs, dropout_p)
+    return probs @ v  # (B, h, Lq, dh)
 
 
 class MultiHeadAttention(nn.Module):
@@ -161,9 +166,13 @@ class MultiHeadAttention(nn.Module):
     ) -> torch.Tensor:
         kv = x if memory is None else memory  # (B, Lk, d)
         q, k, v = self.split_heads(self.q(x)), self.split_heads(self.k(kv)), self.split_heads(self.v(kv))
-        y = F.scaled_dot_product_attention(  # = attention_reference(q, k, v, mask), fused
-            q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0, is_causal=causal
-        )  # (B, h, Lq, dh)
+        dropout_p = self.dropout_p if self.training else 0.0
+        if x.is_cuda:  # the fused kernel (flash / memory-efficient attention)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
+        else:  # on CPU, at sentence lengths (about 10-60 tokens), the plain formula is the faster one
+            if causal:  # position t sees positions <= t
+                mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=x.device).tril()  # (Lq, Lk)
+            y = attention_reference(q, k, v, mask, dropout_p)  # (B, h, Lq, dh)
         B, h, L, dh = y.shape
         return self.out(y.transpose(1, 2).reshape(B, L, h * dh))  # (B, Lq, d)
 

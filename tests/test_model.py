@@ -24,20 +24,21 @@ def hf_batch(tokenizer_path, sentences, max_length=256):
 
 
 def test_fused_attention_equals_reference_formula():
+    """attention_reference = PyTorch's fused kernel, with a padding mask and a causal one; MultiHeadAttention
+    (the reference on CPU, the fused kernel on CUDA) gives the fused kernel's result."""
     cfg = BertConfig(hidden_size=32, num_attention_heads=4, attention_probs_dropout_prob=0.0)
     attn = MultiHeadAttention(cfg).eval()
     x = torch.randn(3, 7, 32)
     mask = torch.ones(3, 7, dtype=torch.bool)
     mask[0, 5:] = False
     mask[2, 2:] = False
-    fused = attn(x, mask[:, None, None, :])
     q, k, v = attn.split_heads(attn.q(x)), attn.split_heads(attn.k(x)), attn.split_heads(attn.v(x))
-    ref = attention_reference(q, k, v, mask[:, None, None, :]).transpose(1, 2).reshape(3, 7, 32)
-    torch.testing.assert_close(fused, attn.out(ref), atol=1e-6, rtol=1e-5)
-    causal = attn(x, causal=True)
-    tri = torch.ones(7, 7, dtype=torch.bool).tril()
-    ref = attention_reference(q, k, v, tri).transpose(1, 2).reshape(3, 7, 32)
-    torch.testing.assert_close(causal, attn.out(ref), atol=1e-6, rtol=1e-5)
+    merge = lambda y: attn.out(y.transpose(1, 2).reshape(3, 7, 32))
+    for mask, causal in [(mask[:, None, None, :], False), (None, True)]:
+        fused = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        tri = torch.ones(7, 7, dtype=torch.bool).tril()
+        torch.testing.assert_close(attention_reference(q, k, v, tri if causal else mask), fused, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(attn(x, mask, causal=causal), merge(fused), atol=1e-6, rtol=1e-5)
 
 
 def test_pooling_ignores_padding():
