@@ -4,7 +4,7 @@ Read top to bottom:
   1. BertConfig            - the few numbers that define a BERT (from config.json)
   2. Embeddings            - word + position + token-type vectors, LayerNorm, dropout
   3. attention_reference   - softmax(Q K^T / sqrt(d_head)) V, the textbook formula
-     MultiHeadAttention    - the same thing, batched over heads, on fused kernels
+     MultiHeadAttention    - the same thing, batched over heads (a fused kernel on CUDA)
   4. FeedForward, EncoderLayer, Bert   - post-LayerNorm residual blocks
   5. MLMHead               - BERT's masked-LM head, reused as TSDAE's LM head
   6. pool                  - CLS / mean / max sentence vectors
