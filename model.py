@@ -278,8 +278,8 @@ class MLMHead(nn.Module):
         h = self.norm(F.gelu(self.dense(h)))  # (..., d)
         rows = h.reshape(-1, h.shape[-1])  # (N, d)
         # = F.linear(h, E, bias), with the matmul written (E h^T)^T: the same products, but E's gradient comes out
-        # of it as a fresh (V, d) tensor, not a transposed view (TSDAE's GradientLast needs that), and MKL runs
-        # this layout faster on CPU
+        # of it as a fresh (V, d) tensor, not a transposed view (TSDAE's GradientLast needs that). On CPU, MKL
+        # runs this layout faster, which pays for the transposing copy.
         logits = (word_embeddings @ rows.T).T.contiguous() + self.bias  # (N, V)
         return logits.view(*h.shape[:-1], -1)  # (..., V)
 
