@@ -34,11 +34,11 @@ def test_fused_attention_equals_reference_formula():
     mask[2, 2:] = False
     q, k, v = attn.split_heads(attn.q(x)), attn.split_heads(attn.k(x)), attn.split_heads(attn.v(x))
     merge = lambda y: attn.out(y.transpose(1, 2).reshape(3, 7, 32))
-    for mask, causal in [(mask[:, None, None, :], False), (None, True)]:
-        fused = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
-        tri = torch.ones(7, 7, dtype=torch.bool).tril()
-        torch.testing.assert_close(attention_reference(q, k, v, tri if causal else mask), fused, atol=1e-6, rtol=1e-5)
-        torch.testing.assert_close(attn(x, mask, causal=causal), merge(fused), atol=1e-6, rtol=1e-5)
+    padding, tri = mask[:, None, None, :], torch.ones(7, 7, dtype=torch.bool).tril()
+    for attn_mask, causal, as_mask in [(padding, False, padding), (None, True, tri)]:
+        fused = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal)
+        torch.testing.assert_close(attention_reference(q, k, v, as_mask), fused, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(attn(x, attn_mask, causal=causal), merge(fused), atol=1e-6, rtol=1e-5)
 
 
 def test_pooling_ignores_padding():
