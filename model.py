@@ -274,14 +274,11 @@ class MLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.apply(init_weights)
 
+    def transform(self, h: torch.Tensor) -> torch.Tensor:
+        return self.norm(F.gelu(self.dense(h)))  # (..., d)
+
     def forward(self, h: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        h = self.norm(F.gelu(self.dense(h)))  # (..., d)
-        rows = h.reshape(-1, h.shape[-1])  # (N, d)
-        # = F.linear(h, E, bias), with the matmul written (E h^T)^T: the same products, but E's gradient comes out
-        # of it as a fresh (V, d) tensor, not a transposed view (TSDAE's GradientLast needs that). On CPU, MKL
-        # runs this layout faster, which pays for the transposing copy.
-        logits = (word_embeddings @ rows.T).T.contiguous() + self.bias  # (N, V)
-        return logits.view(*h.shape[:-1], -1)  # (..., V)
+        return F.linear(self.transform(h), word_embeddings, self.bias)  # (..., V)
 
 
 # ----------------------------------------------------------------------------
@@ -386,9 +383,9 @@ class TSDAEDecoder(nn.Module):
             x = layer(x, memory)
         return x
 
-    def logits(self, states: torch.Tensor, word_embeddings: torch.Tensor | None = None) -> torch.Tensor:
-        """states (..., d) -> (..., V). word_embeddings: the (tied) matrix to project with, if not read directly."""
-        return self.lm_head(states, self.embeddings.word.weight if word_embeddings is None else word_embeddings)
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
+        """states (..., d) -> (..., V): the LM head, projecting onto the (shared) word-embedding matrix."""
+        return self.lm_head(states, self.embeddings.word.weight)
 
 
 class GradientLast(torch.autograd.Function):

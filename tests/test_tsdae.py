@@ -171,6 +171,30 @@ def test_word_matrix_gradient_is_summed_without_vocabulary_sized_temporaries(tin
     assert temporaries[0] == [] and temporaries[1], temporaries  # dense lookups: one zero-fill each
 
 
+def test_vocabulary_cross_entropy_equals_the_plain_formula():
+    """Loss and all three gradients against F.cross_entropy(F.linear(h, E, b)), in float64, over a vocabulary
+    of several chunks (the last one partial) and with an upstream gradient other than 1."""
+    g = torch.Generator().manual_seed(0)
+    T, V, d = 7, 2 * tsdae.VocabularyCrossEntropy.VOCAB_CHUNK + 77, 16
+    leaves = [torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True) for shape in ((T, d), (V, d), (V,))]
+    y = torch.randint(V, (T,), generator=g)
+    y[1] = y[0]  # a repeated label
+
+    def fused(h, E, b):
+        return tsdae.VocabularyCrossEntropy.apply(h, E, b, y)
+
+    def plain(h, E, b):
+        return F.cross_entropy(F.linear(h, E, b), y, reduction="sum")
+
+    results = []
+    for loss_fn in (fused, plain):
+        loss = loss_fn(*leaves)
+        grads = torch.autograd.grad(loss * 0.37, leaves)
+        results.append((loss, *grads))
+    for ours, ref in zip(*results):
+        torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-12)
+
+
 def test_decoder_sees_only_the_cls_vector(tiny_objective, small_corpus):
     """Change every encoder output except position 0: with CLS pooling the logits must not move."""
     obj = tiny_objective.eval()
