@@ -3,7 +3,8 @@
 Read top to bottom:
   1. BertConfig            - the few numbers that define a BERT (from config.json)
   2. Embeddings            - word + position + token-type vectors, LayerNorm, dropout
-  3. attention_reference   - softmax(Q K^T / sqrt(d_head)) V, the textbook formula
+  3. Packing               - the real tokens of a padded batch: all but attention skips the padding
+     attention_reference   - softmax(Q K^T / sqrt(d_head)) V, the textbook formula
      MultiHeadAttention    - the same thing, batched over heads (a fused kernel on CUDA)
   4. FeedForward, EncoderLayer, Bert   - post-LayerNorm residual blocks
   5. MLMHead               - BERT's masked-LM head, reused as TSDAE's LM head
@@ -122,6 +123,28 @@ class Embeddings(nn.Module):
 # 3. Attention
 
 
+@dataclass
+class Packing:
+    """Where the N real tokens of a padded (B, L) batch sit. Every layer but attention works on one position
+    at a time, so those layers can run on the real tokens alone, packed into (N, d): no work on padding."""
+
+    index: torch.Tensor  # (N,) flat positions b * L + t of the real tokens
+    B: int
+    L: int
+
+    @classmethod
+    def of(cls, attention_mask: torch.Tensor) -> Packing:
+        B, L = attention_mask.shape
+        return cls(attention_mask.reshape(-1).nonzero().squeeze(1), B, L)
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(self.B * self.L, -1).index_select(0, self.index)  # (B, L, d) -> (N, d)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        padded = x.new_zeros(self.B * self.L, x.shape[-1]).index_copy(0, self.index, x)  # zeros at padding
+        return padded.view(self.B, self.L, -1)  # (N, d) -> (B, L, d)
+
+
 def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
                         dropout_p: float = 0.0) -> torch.Tensor:
     """softmax(Q K^T / sqrt(d_head)) V, written out ("Attention Is All You Need", eq. 1).
@@ -163,9 +186,14 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         memory: torch.Tensor | None = None,
         causal: bool = False,
+        packing: Packing | None = None,
     ) -> torch.Tensor:
+        """x: (B, L, d), or (N, d) real tokens only with their `packing` (self-attention)."""
         kv = x if memory is None else memory  # (B, Lk, d)
-        q, k, v = self.split_heads(self.q(x)), self.split_heads(self.k(kv)), self.split_heads(self.v(kv))
+        q, k, v = self.q(x), self.k(kv), self.v(kv)  # projections: position by position
+        if packing is not None:  # attention mixes positions: lay the tokens out as sentences for it
+            q, k, v = packing.unpack(q), packing.unpack(k), packing.unpack(v)  # (B, L, d)
+        q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, h, L, dh)
         dropout_p = self.dropout_p if self.training else 0.0
         if x.is_cuda:  # the fused kernel (flash / memory-efficient attention)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
@@ -174,7 +202,8 @@ class MultiHeadAttention(nn.Module):
                 mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=x.device).tril()  # (Lq, Lk)
             y = attention_reference(q, k, v, mask, dropout_p)  # (B, h, Lq, dh)
         B, h, L, dh = y.shape
-        return self.out(y.transpose(1, 2).reshape(B, L, h * dh))  # (B, Lq, d)
+        y = y.transpose(1, 2).reshape(B, L, h * dh)  # (B, Lq, d)
+        return self.out(y if packing is None else packing.pack(y))
 
 
 # ----------------------------------------------------------------------------
@@ -204,9 +233,9 @@ class EncoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        x = self.attn_norm(x + self.dropout(self.attn(x, mask)))  # (B, L, d)
-        return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, packing: Packing | None = None) -> torch.Tensor:
+        x = self.attn_norm(x + self.dropout(self.attn(x, mask, packing=packing)))  # (N, d) or (B, L, d)
+        return self.ffn_norm(x + self.dropout(self.ffn(x)))
 
 
 class Bert(nn.Module):
@@ -233,16 +262,20 @@ class Bert(nn.Module):
         position_ids: (B, L) to override 0..L-1 (ConSERT's token shuffle).
         embedding_hook: applied to the embedding-layer output before the first layer (ConSERT's views).
         Returns the last layer's states (B, L, d), or with all_layers the embedding output and every layer's.
+        The layers compute real tokens only (Packing); their states at padding are 0.
         """
         x = self.embeddings(input_ids, position_ids)  # (B, L, d)
         if embedding_hook is not None:
             x = embedding_hook(x)
         mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L): every query may see every real key
+        packing = Packing.of(attention_mask)  # the layers run on the real tokens only
+        h = packing.pack(x)  # (N, d)
         states = [x]
         for layer in self.layers:
-            x = layer(x, mask)
-            states.append(x)
-        return states if all_layers else x
+            h = layer(h, mask, packing)
+            if all_layers:
+                states.append(packing.unpack(h))
+        return states if all_layers else packing.unpack(h)  # (B, L, d), zeros at padding
 
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         assert self.mlm_head is not None, "this checkpoint has no masked-LM head (cls.predictions.*)"

@@ -36,11 +36,11 @@ class VocabularyCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h: torch.Tensor, E: torch.Tensor, b: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """h (T, d) decoder states at the label positions, E (V, d) word embeddings, b (V,), y (T,) labels."""
-        dtype = torch.promote_types(h.dtype, torch.float32)  # the softmax in float32 at least, even under autocast
-        logits = torch.empty(len(h), len(E), dtype=dtype, device=h.device)  # (T, V)
+        h = h.to(torch.promote_types(h.dtype, torch.float32))  # projection and softmax in float32 at least
+        logits = h.new_empty(len(h), len(E))  # (T, V)
         for i in range(0, len(E), VocabularyCrossEntropy.VOCAB_CHUNK):
             v = slice(i, i + VocabularyCrossEntropy.VOCAB_CHUNK)
-            logits[:, v] = torch.addmm(b[v], h, E[v].T)  # (T, chunk) = h E_v^T + b_v
+            torch.addmm(b[v], h, E[v].T, out=logits[:, v])  # (T, chunk) = h E_v^T + b_v
         log_probs = logits.log_softmax(-1)  # (T, V)
         ctx.save_for_backward(h, E, log_probs, y)
         return -log_probs.gather(1, y[:, None]).sum()
@@ -50,7 +50,6 @@ class VocabularyCrossEntropy(torch.autograd.Function):
         h, E, log_probs, y = ctx.saved_tensors
         d_logits = log_probs.exp_()  # (T, V): softmax, in place of the log-probabilities
         d_logits[torch.arange(len(y), device=y.device), y] -= 1  # softmax - onehot(y)
-        h = h.to(d_logits.dtype)
         # the loss's scalar gradient multiplies the small factors, never the (T, V) one
         return (d_logits @ E) * grad, d_logits.T @ (h * grad), d_logits.sum(0) * grad, None  # (T, d), (V, d), (V,)
 

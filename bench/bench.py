@@ -408,15 +408,16 @@ def prepare(args, tokenizer, sentences: list[str], n_train: int) -> dict:
 
 
 def tokens_computed(work: dict, encoder) -> dict:
-    """Tokens per sentence that each system's TSDAE step actually runs through the encoder, the decoder
-    layers and the LM head (padding included), next to the real ones: where the speed-up comes from."""
+    """Tokens per sentence that each system's TSDAE step actually runs through the encoder's position-wise
+    layers (projections, feed-forward: all but attention's scores), the decoder layers and the LM head,
+    padding included, next to the real ones: where the speed-up comes from."""
     pairs, n = work["pairs"], len(work["pairs"])
     real = {"encoder": sum(len(d) for d, _ in pairs) / n, "decoder": sum(len(o) - 1 for _, o in pairs) / n}
     real["lm_head"] = real["decoder"]
     order, loader = our_tsdae_batches(work, encoder, torch.device("cpu"))
     ours = dict.fromkeys(real, 0)
     for b in loader(order):
-        ours["encoder"] += b["damaged_ids"].numel()
+        ours["encoder"] += int(b["damaged_mask"].sum())  # model.Packing: real tokens only
         ours["decoder"] += b["original_ids"][:, 1:].numel()
         ours["lm_head"] += int(b["original_mask"][:, 1:].sum())  # TSDAELoss: label positions only
     batches, collated = their_tsdae_batches(work)

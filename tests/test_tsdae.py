@@ -208,7 +208,7 @@ def test_decoder_sees_only_the_cls_vector(tiny_objective, small_corpus):
                 output[:, 1:] = torch.randn_like(output[:, 1:]) * 10
             return output
 
-        handle = obj.encoder.bert.layers[-1].register_forward_hook(hook)
+        handle = obj.encoder.bert.register_forward_hook(hook)  # its output: (B, L, d)
         with torch.no_grad():
             losses.append(obj(batch))
         handle.remove()
