@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Callable
 
 # PyTorch's own allocator switch: CPU tensors of 2 MB and more go on transparent huge pages. A TSDAE step
-# allocates a vocabulary-sized (47 MB) gradient and many 2-13 MB tensors; page-faulting them in 4 KB pages
-# cost about 9% of the step (README, "Speed"). Read once, at torch's first large allocation; 0 opts out.
+# allocates a vocabulary-sized (47 MB) gradient and a few 2-13 MB tensors, which fault in far fewer pages
+# (README, "Speed"). Read once, at torch's first large allocation; 0 opts out.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import torch
