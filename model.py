@@ -233,9 +233,9 @@ class EncoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, packing: Packing | None = None) -> torch.Tensor:
-        x = self.attn_norm(x + self.dropout(self.attn(x, mask, packing=packing)))  # (N, d) or (B, L, d)
-        return self.ffn_norm(x + self.dropout(self.ffn(x)))
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, packing: Packing) -> torch.Tensor:
+        x = self.attn_norm(x + self.dropout(self.attn(x, mask, packing=packing)))  # (N, d): real tokens only
+        return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (N, d)
 
 
 class Bert(nn.Module):
