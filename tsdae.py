@@ -41,7 +41,7 @@ class VocabularyCrossEntropy(torch.autograd.Function):
         for i in range(0, len(E), VocabularyCrossEntropy.VOCAB_CHUNK):
             v = slice(i, i + VocabularyCrossEntropy.VOCAB_CHUNK)
             torch.addmm(b[v], h, E[v].T, out=logits[:, v])  # (T, chunk) = h E_v^T + b_v
-        log_probs = logits.log_softmax(-1)  # (T, V)
+        log_probs = torch.log_softmax(logits, -1, out=logits)  # (T, V), in place: no second (T, V) tensor
         ctx.save_for_backward(h, E, log_probs, y)
         return -log_probs.gather(1, y[:, None]).sum()
 

@@ -199,12 +199,15 @@ def timed_training(loss_fn, params, optimizer, batches, warmup: int, steps: int,
     scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
     optimizer_steps(loss_fn, params, optimizer, batches, warmup, device, amp, scaler)
     sync(device)
+    kernel0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime  # CPU time in the OS kernel: mostly page faults
     t0 = time.perf_counter()
     timed = lambda: optimizer_steps(loss_fn, params, optimizer, batches, steps, device, amp, scaler)
     losses, table, matmul_seconds, op_seconds = profiled(timed, device) if profile else (timed(), None, None, None)
     sync(device)
     seconds = time.perf_counter() - t0
-    result = {"seconds": seconds, "sentences": n_sentences, "mean_loss": sum(losses) / len(losses)}
+    kernel_ms = (resource.getrusage(resource.RUSAGE_SELF).ru_stime - kernel0) / steps * 1000
+    result = {"seconds": seconds, "sentences": n_sentences, "mean_loss": sum(losses) / len(losses),
+              "kernel_ms_per_step": kernel_ms}
     if profile:
         result.update(profile=table, matmul_seconds=matmul_seconds, op_seconds=op_seconds)
     return result
@@ -612,7 +615,8 @@ def main(argv=None) -> int:
                 runs.setdefault(job, []).append(res)
                 shown = res.get("error", "").splitlines()[-1:] if "error" in res else (
                     [f"{res['gflops']:.1f} GFLOP/s"] if job == "matmul"
-                    else [f"{res['sentences'] / res['seconds']:.1f} sentences/s, peak RSS {res['peak_rss_mb']:.0f} MB"])
+                    else [f"{res['sentences'] / res['seconds']:.1f} sentences/s, peak RSS {res['peak_rss_mb']:.0f} MB"
+                          + (f", kernel {res['kernel_ms_per_step']:.0f} ms/step" if "kernel_ms_per_step" in res else "")])
                 print(f"  round {r + 1}/{args.rounds} {job:14s} {' '.join(shown)}", file=sys.stderr)
 
     ok_peaks = [r["gflops"] for r in runs["matmul"] if "error" not in r]
@@ -645,6 +649,10 @@ def main(argv=None) -> int:
         fmt = lambda t: " / ".join(f"{t[k]:.1f}" for k in ("encoder", "decoder", "lm_head"))
         print(f"\nTSDAE tokens per sentence computed (encoder / decoder / LM head): real {fmt(tokens['real'])}; "
               f"ours {fmt(tokens['ours'])}" + (f"; sentence-transformers {fmt(tokens['theirs'])}" if theirs else ""))
+        kernel = {who: statistics.median(r["kernel_ms_per_step"] for r in runs[f"train_{who}"] if "error" not in r)
+                  for who in ("ours", "theirs") if any("error" not in r for r in runs.get(f"train_{who}", []))}
+        print("TSDAE CPU time in the OS kernel per step (mostly page faults on freshly allocated memory): "
+              + ", ".join(f"{who} {ms:.0f} ms" for who, ms in kernel.items()))
     if args.profile:
         print_profiles(runs, flops, peak_gflops)
     print(f"\n{machine_description(device, args.threads)}. Command: python bench/bench.py "
