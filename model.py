@@ -958,7 +958,7 @@ def add_run_arguments(p) -> None:
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:1, ...")
     p.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast precision (CUDA)")
     p.add_argument("--compile", action="store_true", help="torch.compile the training step (for CUDA; on 2 CPU "
-                   "cores TSDAE spent 8 minutes compiling, then ran 4%% slower)")
+                   "cores TSDAE spent minutes compiling, then ran 4%% slower)")
     p.add_argument("--workers", type=int, default=None, help="DataLoader workers (default: 2 on CUDA, 0 on CPU)")
     p.add_argument("--no-bucketing", action="store_true", help="plain shuffled batches instead of length buckets")
     p.add_argument("--save-every", type=int, default=1000, help="write a resumable checkpoint every N steps")

@@ -651,8 +651,9 @@ def main(argv=None) -> int:
               f"ours {fmt(tokens['ours'])}" + (f"; sentence-transformers {fmt(tokens['theirs'])}" if theirs else ""))
         kernel = {who: statistics.median(r["kernel_ms_per_step"] for r in runs[f"train_{who}"] if "error" not in r)
                   for who in ("ours", "theirs") if any("error" not in r for r in runs.get(f"train_{who}", []))}
-        print("TSDAE CPU time in the OS kernel per step (mostly page faults on freshly allocated memory): "
-              + ", ".join(f"{who} {ms:.0f} ms" for who, ms in kernel.items()))
+        if kernel:
+            print("TSDAE CPU time in the OS kernel per step (mostly page faults on freshly allocated memory): "
+                  + ", ".join(f"{who} {ms:.0f} ms" for who, ms in kernel.items()))
     if args.profile:
         print_profiles(runs, flops, peak_gflops)
     print(f"\n{machine_description(device, args.threads)}. Command: python bench/bench.py "
