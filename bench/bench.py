@@ -466,6 +466,8 @@ def summarise(runs: list[dict], flops: int | None, peak_gflops: float | None) ->
     rates = [r["sentences"] / r["seconds"] for r in ok]
     out = {"rate_median": statistics.median(rates), "rate_min": min(rates), "rate_max": max(rates), "runs": runs,
            "peak_rss_mb": max(r["peak_rss_mb"] for r in ok)}
+    if "kernel_ms_per_step" in ok[0]:
+        out["kernel_ms_per_step"] = statistics.median(r["kernel_ms_per_step"] for r in ok)
     if "peak_gpu_mb" in ok[0]:
         out["peak_gpu_mb"] = max(r["peak_gpu_mb"] for r in ok)
     if flops is not None:
@@ -649,11 +651,11 @@ def main(argv=None) -> int:
         fmt = lambda t: " / ".join(f"{t[k]:.1f}" for k in ("encoder", "decoder", "lm_head"))
         print(f"\nTSDAE tokens per sentence computed (encoder / decoder / LM head): real {fmt(tokens['real'])}; "
               f"ours {fmt(tokens['ours'])}" + (f"; sentence-transformers {fmt(tokens['theirs'])}" if theirs else ""))
-        kernel = {who: statistics.median(r["kernel_ms_per_step"] for r in runs[f"train_{who}"] if "error" not in r)
-                  for who in ("ours", "theirs") if any("error" not in r for r in runs.get(f"train_{who}", []))}
+        kernel = [f"{who} {summary[f'train_{who}']['kernel_ms_per_step']:.0f} ms" for who in ("ours", "theirs")
+                  if "kernel_ms_per_step" in summary.get(f"train_{who}", {})]
         if kernel:
             print("TSDAE CPU time in the OS kernel per step (mostly page faults on freshly allocated memory): "
-                  + ", ".join(f"{who} {ms:.0f} ms" for who, ms in kernel.items()))
+                  + ", ".join(kernel))
     if args.profile:
         print_profiles(runs, flops, peak_gflops)
     print(f"\n{machine_description(device, args.threads)}. Command: python bench/bench.py "
