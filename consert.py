@@ -1,25 +1,24 @@
-"""ConSERT (Yan et al. 2021): fine-tune a sentence encoder by telling two augmented views of each
-sentence apart from the other sentences of the batch.
+"""ConSERT (Yan et al. 2021, arXiv:2105.11741): fine-tune a sentence encoder by telling two augmented views of
+each sentence apart from the other sentences of the batch.
 
     sentence --embedding layer--> view 1 (e.g. feature cutoff) --Transformer layers--> mean pool --+
     sentence --embedding layer--> view 2 (e.g. token shuffle)  --Transformer layers--> mean pool --+-- NT-Xent
 
-The views are made AT THE EMBEDDING LAYER (§3): the input words stay the same, only the position ids
+The views are made AT THE EMBEDDING LAYER (§3.2): the input words stay the same, only the position ids
 or the embedding-layer output change. `model.Bert.forward` offers the two hooks this needs
 (`position_ids`, `embedding_hook`); the views themselves live here. With NLI labels the contrastive loss
-can be fused with a supervised classifier (§4.2: joint, sup-unsup, joint-unsup).
+can be fused with a supervised classifier (§3.3: joint, sup-unsup, joint-unsup).
 
-    python consert.py --corpus sentences.txt --out runs/consert
-    python consert.py --sts-corpus ../shared/data --eval-data ../shared/data --lr 2e-5 --temperature 0.05
-
-Section numbers refer to ../shared/papers/consert.md; what the official code (yym6472/ConSERT) does where
-the paper is silent: ../shared/papers/reference-details.md.
+Read top to bottom:
+  1. the views (§3.2)                  shuffle, token / feature cutoff, span, dropout, adversarial (FGV)
+  2. the contrastive loss (§3.1)       nt_xent
+  3. the objective (§3, §3.3)          ConSERTLoss: encode view 1, encode view 2, NT-Xent (+ NLI classifier)
+  4. the data                          sentences, NLI pairs, the official STS training set
+  5. the command line                  python consert.py --corpus sentences.txt
 """
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -27,12 +26,12 @@ from typing import Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 
 import data
-from model import (
-    MultiHeadAttention, SentenceEncoder, TrainSettings, add_run_arguments, default_model_path, gather_with_local_grad,
-    global_mean, init_distributed, pick_device, pool, run_cli, train,
-)
+import fast
+import train
+from model import MultiHeadAttention, SentenceEncoder, default_model_path, pool
 
 # ----------------------------------------------------------------------------
 # 1. Views (§3, §4.3): how one encoder pass of a sentence differs from a plain one
@@ -146,7 +145,7 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Ten
 
 
 # ----------------------------------------------------------------------------
-# 3. The encoder as ConSERT uses it
+# 3. The training objective: contrastive, supervised (§3.4), or both
 
 
 def switch_off_dropout(encoder: SentenceEncoder) -> None:
@@ -172,19 +171,12 @@ class LastTwoLayersMean(SentenceEncoder):
         return (pool(second_last, attention_mask, "mean") + pool(last, attention_mask, "mean")) / 2  # (B, d)
 
 
-# ----------------------------------------------------------------------------
-# 4. The training objective: contrastive, supervised (§4.2), or both
-
-
-NLI_LABELS = {"contradiction": 0, "entailment": 1, "neutral": 2}  # the official code's label ids
-
-
 class ConSERTLoss(nn.Module):
     """Encoder (+ NLI classifier); forward(batch) -> the loss of one batch.
 
     A batch of unlabelled sentences {input_ids, attention_mask}:  cl_weight * NT-Xent(view 1, view 2).
     A batch of NLI pairs {premise_*, hypothesis_*, labels} (needs nli_classes > 0): the supervised loss,
-    softmax cross-entropy of a linear classifier on (u, v, |u - v|) (§4.2, as SBERT), computed on the
+    softmax cross-entropy of a linear classifier on (u, v, |u - v|) (§3.4, as SBERT), computed on the
     plain, unaugmented passes; with joint=True plus cl_weight * (NT-Xent of the premises' views +
     NT-Xent of the hypotheses' views).
 
@@ -201,7 +193,10 @@ class ConSERTLoss(nn.Module):
             raise ValueError(f"unknown view in {names}; choose from {', '.join(VIEW_NAMES)}")
         if names == ["adversarial", "adversarial"]:
             raise ValueError("only one view can be adversarial: both would be the same perturbation")
-        self.encoder, self.views = encoder, views
+        # NT-Xent treats its two views alike, so their order is free: an unaugmented view first (it can reuse
+        # the plain pass the supervised loss makes anyway), an adversarial one last (it needs the other view)
+        self.views = sorted(views, key=lambda view: {"none": 0, "simcse": 0, "adversarial": 2}.get(view[0], 1))
+        self.encoder = encoder
         self.temperature, self.cl_weight, self.adv_norm, self.joint = temperature, cl_weight, adv_norm, joint
         self.local_negatives = local_negatives
         d = encoder.bert.cfg.hidden_size
@@ -212,6 +207,23 @@ class ConSERTLoss(nn.Module):
         hidden = self.encoder.bert(input_ids, view.attention_mask, position_ids=view.position_ids,
                                    embedding_hook=view.embedding_hook)  # (B, L, d)
         return pool(hidden, view.attention_mask, self.encoder.pooling)
+
+    def contrastive(self, input_ids: torch.Tensor, mask: torch.Tensor,
+                    plain: tuple[torch.Tensor, torch.Tensor] | None = None,
+                    supervised_loss: torch.Tensor | None = None) -> torch.Tensor:
+        """NT-Xent between two views of these sentences (§3.2): encode view 1, encode view 2, compare.
+        `plain` (from plain_pass): the unaugmented vectors, reused as a "none"/"simcse" view as the official
+        code does, and the embedding output that the adversarial view perturbs."""
+        (name1, rate1), (name2, rate2) = self.views
+        if plain is not None and name1 in ("none", "simcse"):
+            z1 = plain[0]  # (B, d)
+        else:
+            z1 = self.encode(input_ids, VIEWS[name1](mask, rate1))  # (B, d)
+        if name2 == "adversarial":
+            z2 = self.adversarial_view(input_ids, mask, plain, z1, supervised_loss)
+        else:
+            z2 = self.encode(input_ids, VIEWS[name2](mask, rate2))  # (B, d)
+        return self.batch_nt_xent(z1, z2)
 
     def plain_pass(self, input_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Vectors of the unaugmented sentences (B, d), and the embedding output (B, L, d) they came from
@@ -225,52 +237,37 @@ class ConSERTLoss(nn.Module):
         z = self.encode(input_ids, View(mask, embedding_hook=keep))
         return z, kept[0]
 
-    def contrastive(self, input_ids: torch.Tensor, mask: torch.Tensor,
-                    plain: tuple[torch.Tensor, torch.Tensor] | None = None,
-                    supervised_loss: torch.Tensor | None = None) -> torch.Tensor:
-        """NT-Xent between the two views of these sentences (§3). `plain` (from plain_pass) is reused as the
-        first "none"/"simcse" view, as the official code reuses its plain pass; the adversarial view needs it."""
-        z: list[torch.Tensor | None] = [None, None]
-        reusable = plain[0] if plain is not None else None
-        for k, (name, rate) in enumerate(self.views):
-            if name in ("none", "simcse") and reusable is not None:
-                z[k], reusable = reusable, None
-            elif name != "adversarial":
-                z[k] = self.encode(input_ids, VIEWS[name](mask, rate))
-        for k, (name, _) in enumerate(self.views):  # last: without labels it needs the other view
-            if name == "adversarial":
-                plain_z, embedding_output = plain
-                # §3: FGV on the supervised loss. Without labels we use the contrastive loss between the plain
-                # pass and the other view instead: this unsupervised variant is this project's extension.
-                source = supervised_loss
-                if source is None:
-                    source = nt_xent(plain_z, z[1 - k], self.temperature)
-                r = fgv_perturbation(source, embedding_output, self.adv_norm)  # (B, L, d)
-                z[k] = self.encode(input_ids, View(mask, embedding_hook=lambda x: x + r))
-        return self.batch_nt_xent(z[0], z[1])
+    def adversarial_view(self, input_ids: torch.Tensor, mask: torch.Tensor, plain: tuple[torch.Tensor, torch.Tensor],
+                         other: torch.Tensor, supervised_loss: torch.Tensor | None) -> torch.Tensor:
+        """§3.3: FGV on the supervised loss. Without labels, the contrastive loss between the plain pass and the
+        other view is attacked instead: this unsupervised variant is this project's extension. (B, d)"""
+        plain_z, embedding_output = plain
+        source = supervised_loss if supervised_loss is not None else nt_xent(plain_z, other, self.temperature)
+        r = fgv_perturbation(source, embedding_output, self.adv_norm)  # (B, L, d)
+        return self.encode(input_ids, View(mask, embedding_hook=lambda x: x + r))
 
     def batch_nt_xent(self, z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
-        """NT-Xent over the whole batch. Under torchrun each process holds part of it: the vectors of all
-        processes are gathered, so negatives come from the global batch as on one device (§4.6: larger
-        batches help). With local_negatives each process contrasts its own share only, and the loss is
-        the mean over processes."""
+        """NT-Xent over the whole batch (on one process: nt_xent). Under torchrun each process holds part of
+        it: the vectors of all processes are gathered, so negatives come from the global batch as on one
+        device (§5.5: larger batches help). With local_negatives each process contrasts its own share only,
+        and the loss is the mean over processes."""
         if self.local_negatives:
-            return global_mean(nt_xent(z1, z2, self.temperature), torch.tensor(1.0, device=z1.device))
-        return nt_xent(gather_with_local_grad(z1), gather_with_local_grad(z2), self.temperature)
+            return train.global_mean(nt_xent(z1, z2, self.temperature), torch.tensor(1.0, device=z1.device))
+        return nt_xent(train.gather_with_local_grad(z1), train.gather_with_local_grad(z2), self.temperature)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        adversarial = any(name == "adversarial" for name, _ in self.views)
+        adversarial = self.views[1][0] == "adversarial"
         if "labels" not in batch:  # unlabelled sentences
             ids, mask = batch["input_ids"], batch["attention_mask"]
             plain = self.plain_pass(ids, mask) if adversarial else None
             return self.cl_weight * self.contrastive(ids, mask, plain)
-        # §4.2: NLI pairs. u, v: the plain vectors of premise and hypothesis.
+        # §3.4: NLI pairs. u, v: the plain vectors of premise and hypothesis.
         a = self.plain_pass(batch["premise_ids"], batch["premise_mask"])
         b = self.plain_pass(batch["hypothesis_ids"], batch["hypothesis_mask"])
         u, v = a[0], b[0]  # (B, d) each
         logits = self.classifier(torch.cat([u, v, (u - v).abs()], dim=-1))  # (B, classes)
-        supervised = global_mean(F.cross_entropy(logits.float(), batch["labels"], reduction="sum"),
-                                 torch.tensor(len(logits), device=logits.device))  # mean over the global batch
+        supervised = train.global_mean(F.cross_entropy(logits.float(), batch["labels"], reduction="sum"),
+                                       torch.tensor(len(logits), device=logits.device))  # mean over the global batch
         if not self.joint:
             return supervised
         contrastive = (self.contrastive(batch["premise_ids"], batch["premise_mask"], a, supervised)
@@ -279,13 +276,13 @@ class ConSERTLoss(nn.Module):
 
 
 # ----------------------------------------------------------------------------
-# 5. Data: unlabelled sentences, the official STS training set, NLI pairs
+# 4. Data: unlabelled sentences, NLI pairs, the official STS training set
 
 
 class SentenceDataset(torch.utils.data.Dataset):
     """Item (epoch, i) -> token ids of sentence i (the epoch is unused: the views are drawn in the model)."""
 
-    def __init__(self, sentences: list[str], tokenizer, max_length: int):
+    def __init__(self, sentences: list[str], tokenizer: Tokenizer, max_length: int):
         self.sentences, self.tokenizer, self.max_length = sentences, tokenizer, max_length
 
     def __len__(self) -> int:
@@ -301,9 +298,9 @@ def collate_sentences(items: list[list[int]], pad_id: int = 0, multiple: int = 1
 
 
 class NLIDataset(torch.utils.data.Dataset):
-    """Item (epoch, i) -> (premise ids, hypothesis ids, label id) of pair i."""
+    """Item (epoch, i) -> (premise ids, hypothesis ids, label id) of pair i (pairs from data.read_nli)."""
 
-    def __init__(self, pairs: list[tuple[str, str, int]], tokenizer, max_length: int):
+    def __init__(self, pairs: list[tuple[str, str, int]], tokenizer: Tokenizer, max_length: int):
         self.pairs, self.tokenizer, self.max_length = pairs, tokenizer, max_length
 
     def __len__(self) -> int:
@@ -327,93 +324,30 @@ def sts_corpus(data_dir: str | Path) -> list[str]:
     """The official unsupervised training set (§4.1): every sentence of the STS12-16 inputs (scored or not),
     of the STS benchmark train/dev/test (the SentEval copies the official code reads) and of SICK
     train/trial/test, duplicates kept. No label is read. The official count is 89,192."""
-    from evaluate import STS_SUBSETS, load_sick, load_stsb, read_lines
-
     data_dir = Path(data_dir)
-    sts = [data_dir / year / f"STS.input.{subset}.txt" for year, subsets in STS_SUBSETS.items() for subset in subsets]
+    sts = [data_dir / year / f"STS.input.{subset}.txt" for year, subsets in data.STS_SUBSETS.items() for subset in subsets]
     stsb = [data_dir / "stsbenchmark" / "senteval" / f"sts-{split}.csv" for split in ("train", "dev", "test")]
     sick = [data_dir / "sick" / f"SICK_{split}.txt" for split in ("train", "trial", "test_annotated")]
     for path in sts + stsb + sick:
         if not path.is_file():
-            raise data.CorpusError(f"--sts-corpus: missing {path} (see ../shared/data/README.md for the layout)")
-    sentences = [s for path in sts for line in read_lines(path) for s in line.split("\t")[:2]]
-    sentences += [s for path in stsb for s1, s2, _ in load_stsb(path) for s in (s1, s2)]
-    sentences += [s for path in sick for s1, s2, _ in load_sick(path) for s in (s1, s2)]
+            raise data.CorpusError(f"--sts-corpus: missing {path} (the README's \"Data\" section lists the layout)")
+    sentences = [s for path in sts for line in data.read_lines(path) for s in line.split("\t")[:2]]
+    sentences += [s for path in stsb for s1, s2, _ in data.load_stsb(path) for s in (s1, s2)]
+    sentences += [s for path in sick for s1, s2, _ in data.load_sick(path) for s in (s1, s2)]
     return [s.strip() for s in sentences if s.strip()]
 
 
-def read_nli(path: str | Path, bad_bytes: str = "error") -> list[tuple[str, str, int]]:
-    """(premise, hypothesis, label id) pairs from
-      - JSON lines with "premise", "hypothesis", "label" (SNLI's own "sentence1", "sentence2", "gold_label" too), or
-      - a SICK file: tab-separated, a header naming sentence_A, sentence_B and entailment_judgment
-        (the SemEval splits) or entailment_label (SICK.txt).
-    Labels are entailment / neutral / contradiction, any case; pairs labelled "-" (no consensus) are skipped."""
-    data.read_corpus(path, bad_bytes)  # the checks every input file gets: exists, text, UTF-8, not empty
-    path = Path(path)
-    lines = []  # (line number, text); read again because read_corpus folds the tabs SICK needs
-    for n, raw in enumerate(path.read_bytes().splitlines(), start=1):
-        try:
-            lines.append((n, raw.decode("utf-8")))
-        except UnicodeDecodeError:  # read_corpus has already stopped on these unless told to skip/replace
-            if bad_bytes == "replace":
-                lines.append((n, raw.decode("utf-8", errors="replace")))
-    lines = [(n, text) for n, text in lines if text.strip()]
-    rows = _nli_json_rows(path, lines) if lines[0][1].lstrip().startswith("{") else _nli_tsv_rows(path, lines)
-    pairs = []
-    for n, premise, hypothesis, label in rows:
-        label = str(label).strip().lower()
-        if label == "-":
-            continue
-        if label not in NLI_LABELS:
-            raise data.CorpusError(f"{path} line {n}: label '{label}' is not entailment, neutral or contradiction")
-        pairs.append((premise, hypothesis, NLI_LABELS[label]))
-    if not pairs:
-        raise data.CorpusError(f"{path} has no labelled NLI pairs")
-    return pairs
-
-
-def _nli_json_rows(path: Path, lines: list[tuple[int, str]]) -> list[tuple[int, str, str, str]]:
-    rows = []
-    for n, text in lines:
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError:
-            raise data.CorpusError(f"{path} line {n} is not valid JSON") from None
-        row = [obj.get(a, obj.get(b)) if isinstance(obj, dict) else None
-               for a, b in (("premise", "sentence1"), ("hypothesis", "sentence2"), ("label", "gold_label"))]
-        if any(not isinstance(x, str) for x in row):
-            raise data.CorpusError(f'{path} line {n}: expected string fields "premise", "hypothesis" and "label"')
-        rows.append((n, *row))
-    return rows
-
-
-def _nli_tsv_rows(path: Path, lines: list[tuple[int, str]]) -> list[tuple[int, str, str, str]]:
-    header = lines[0][1].split("\t")
-    label_column = next((c for c in ("entailment_judgment", "entailment_label") if c in header), None)
-    if "sentence_A" not in header or "sentence_B" not in header or label_column is None:
-        raise data.CorpusError(f"{path}: not an NLI file: give JSON lines with premise/hypothesis/label, or a SICK "
-                               "file whose header has sentence_A, sentence_B and entailment_judgment")
-    columns = [header.index(c) for c in ("sentence_A", "sentence_B", label_column)]
-    rows = []
-    for n, text in lines[1:]:
-        fields = text.split("\t")
-        if len(fields) <= max(columns):
-            raise data.CorpusError(f"{path} line {n} has {len(fields)} tab-separated fields, the header {len(header)}")
-        rows.append((n, *(fields[c] for c in columns)))
-    return rows
-
-
 # ----------------------------------------------------------------------------
-# 6. The command line
+# 5. The command line
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="Fine-tune a sentence encoder with ConSERT: contrastive learning between two views of each "
-                    "sentence made at the embedding layer, optionally fused with NLI supervision. "
+        description="Fine-tune a sentence encoder with ConSERT (arXiv:2105.11741): contrastive learning between two "
+                    "views of each sentence made at the embedding layer, optionally fused with NLI supervision. "
                     "Defaults: the official unsupervised setting (feature cutoff 0.2 + token shuffle, dropout off, "
                     "temperature 0.1, batch 96, lr 5e-7). The author later found lr 2e-5 with temperature 0.05 better.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=train.HelpFormatter,
     )
     src = p.add_argument_group("data")
     src.add_argument("--corpus", help="UTF-8 text file, one unlabelled sentence per line")
@@ -422,40 +356,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     src.add_argument("--nli", help="NLI pairs for the supervised strategies: .jsonl (premise, hypothesis, label) "
                                    "or a SICK file")
     src.add_argument("--strategy", default="unsup", choices=["unsup", "sup", "joint", "sup-unsup", "joint-unsup"],
-                     help="unsup: contrastive on --corpus. With --nli (§4.2): sup = NLI classifier only; joint = "
+                     help="unsup: contrastive on --corpus. With --nli (§3.4): sup = NLI classifier only; joint = "
                           "classifier + weighted contrastive on the NLI sentences; sup-unsup / joint-unsup = that, "
                           "into OUT/stage1, then contrastive on --corpus")
     src.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
                      help="what to do with input lines that are not UTF-8")
     src.add_argument("--max-length", type=int, default=64, help="tokens per sentence, longer ones are truncated")
+    src.add_argument("--no-bucketing", action="store_true", help="plain shuffled batches instead of length buckets")
     aug = p.add_argument_group("views and loss")
     aug.add_argument("--view1", default="feature_cutoff", choices=VIEW_NAMES, help="augmentation of the first view")
     aug.add_argument("--rate1", type=float, default=0.2, help="cutoff / span / dropout rate of view 1")
     aug.add_argument("--view2", default="shuffle", choices=VIEW_NAMES, help="augmentation of the second view")
     aug.add_argument("--rate2", type=float, default=0.2, help="cutoff / span / dropout rate of view 2")
-    aug.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§4.5)")
+    aug.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§5.4)")
     aug.add_argument("--adv-norm", type=float, default=1.0, help="per-token length of the adversarial perturbation")
     aug.add_argument("--cl-weight", type=float, default=0.15, help="factor on the contrastive loss (official cl_rate)")
     aug.add_argument("--encoder-dropout", default="auto", choices=["auto", "on", "off"],
                      help="BERT's own dropout; auto = off (official ConSERT), on when a view is simcse")
     opt = p.add_argument_group("training")
     opt.add_argument("--model", default=None,
-                     help="local Hugging Face BERT folder (default: the shipped all-MiniLM-L6-v2)")
-    opt.add_argument("--out", default="runs/consert",
-                     help="run folder: model/ (the trained encoder), best/ (with --eval-data), checkpoint/, log.jsonl")
+                     help="Hugging Face BERT: a local folder or a Hub id such as bert-base-uncased "
+                          "(default: the shipped all-MiniLM-L6-v2)")
     opt.add_argument("--epochs", type=int, default=1, help="passes over the corpus (ignored when --steps is given)")
-    opt.add_argument("--steps", type=int, default=None, help="optimiser steps on the corpus")
+    opt.add_argument("--steps", type=int, default=None,
+                     help="optimiser steps on the corpus (default: --epochs passes, corpus size / batch size each)")
     opt.add_argument("--lr", type=float, default=5e-7, help="AdamW learning rate on the corpus (published; try 2e-5)")
     opt.add_argument("--nli-epochs", type=int, default=1, help="passes over --nli (ignored when --nli-steps is given)")
-    opt.add_argument("--nli-steps", type=int, default=None, help="optimiser steps on --nli")
+    opt.add_argument("--nli-steps", type=int, default=None, help="optimiser steps on --nli (default: --nli-epochs passes)")
     opt.add_argument("--nli-lr", type=float, default=2e-5, help="AdamW learning rate on --nli")
     opt.add_argument("--batch-size", type=int, default=96,
                      help="sentences (or NLI pairs) per step; under torchrun the global batch, split over the processes")
     opt.add_argument("--local-negatives", action="store_true",
                      help="under torchrun: contrast each process's share of the batch only (default: all processes')")
-    add_run_arguments(opt)
-    opt.add_argument("--resume", action="store_true",
-                     help="continue from OUT's checkpoint (a finished stage 1 is kept)")
+    train.add_run_arguments(opt, out="runs/consert")
     ev = p.add_argument_group("model selection (contrastive training degrades late: keep the best dev checkpoint)")
     ev.add_argument("--eval-data", default=None,
                     help="data folder with stsbenchmark/: log STS-b dev Spearman, keep the best encoder in OUT/best")
@@ -474,11 +407,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("only one view can be adversarial")
     if args.encoder_dropout == "off" and "simcse" in (args.view1, args.view2):
         p.error("the simcse view is the encoder's own dropout: use --encoder-dropout on (or auto)")
-    for name in ("rate1", "rate2"):
-        if not 0.0 <= getattr(args, name) < 1.0:
-            p.error(f"--{name} must be in [0, 1)")
-    if args.temperature <= 0 or args.batch_size < 1 or args.max_length < 2:
-        p.error("--temperature must be > 0, --batch-size >= 1 and --max-length >= 2")
+    train.check_arguments(p, args, positive=("lr", "nli_lr", "temperature"),
+                          at_least_one=("epochs", "steps", "nli_epochs", "nli_steps", "batch_size", "eval_every"),
+                          ratios=("rate1", "rate2"))
+    if args.max_length < 2:
+        p.error(f"--max-length must be at least 2: [CLS] and [SEP] (got {args.max_length})")
     return args
 
 
@@ -491,9 +424,11 @@ def run_stage(stage: str, model_dir: str | Path, out: Path, resume: bool, inputs
         switch_off_dropout(encoder)
     views = ((args.view1, args.rate1), (args.view2, args.rate2))
     objective = ConSERTLoss(encoder, views, args.temperature, args.cl_weight, args.adv_norm,
-                            nli_classes=0 if stage == "unsup" else len(NLI_LABELS), joint=stage == "joint",
+                            nli_classes=0 if stage == "unsup" else len(data.NLI_LABELS), joint=stage == "joint",
                             local_negatives=args.local_negatives)
-    rank, world = init_distributed()
+    if not args.plain:
+        objective = fast.consert(objective)  # the same parameters and numbers, computed faster
+    rank, world = train.init_distributed()
     pad_id = encoder.bert.cfg.pad_token_id
     if stage == "unsup":
         dataset = SentenceDataset(inputs, encoder.tokenizer, encoder.max_length)
@@ -516,55 +451,50 @@ def run_stage(stage: str, model_dir: str | Path, out: Path, resume: bool, inputs
         pooled = LastTwoLayersMean if args.eval_pooling == "last2-mean" else (lambda enc: enc)
         eval_fn = lambda enc: stsb_dev_spearman(pooled(enc), args.eval_data)
     # The official optimiser: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up then linear decay, clip 1.0.
-    settings = TrainSettings(out=out, steps=steps, lr=lr, weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1,
-                             schedule="linear", grad_clip=1.0, seed=args.seed, amp=args.amp, save_every=args.save_every,
-                             eval_every=args.eval_every, eval_fn=eval_fn, keep_best=eval_fn is not None,
-                             resume=resume, compile=args.compile)
-    out.mkdir(parents=True, exist_ok=True)
+    settings = train.TrainSettings(out=out, steps=steps, lr=lr, weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1,
+                                   schedule="linear", grad_clip=1.0, amp=args.amp, save_every=args.save_every,
+                                   eval_every=args.eval_every, eval_fn=eval_fn, keep_best=eval_fn is not None,
+                                   resume=resume)
     what = "sentences" if stage == "unsup" else "NLI pairs"
     if rank == 0:
-        print(f"ConSERT {stage}: {len(inputs)} {what}, {steps} steps of {args.batch_size} on {world} x {device}; "
-              f"saving to {out}")
-    progress = train(encoder, objective, loader, settings, device)
+        print(f"ConSERT {stage}: {len(inputs)} {what}, {steps} steps of {args.batch_size} on {world} x {device}"
+              f"{' (plain path)' if args.plain else ''}; saving to {out}")
+    progress = train.train(encoder, objective, loader, settings, device)
     if progress["best"] is not None and rank == 0:
         print(f"best STS-b dev Spearman {progress['best']:.2f}: encoder saved to {out / 'best'}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rank, _ = init_distributed()
-    torch.manual_seed(args.seed)
-    device = pick_device(args.device)
+    out = Path(args.out)
+    device = train.device_for(args.device)
     stages = args.strategy.split("-")  # e.g. "joint-unsup": joint on NLI, then contrastive on the corpus
-    # read every input first: bad input stops the run before any model is loaded
+    # read every input first: bad input stops the run before any model is loaded or any file is written
     if args.eval_data:
         from evaluate import missing_file
 
         if problem := missing_file("stsb-dev", Path(args.eval_data)):
             raise data.CorpusError(f"--eval-data: {problem}")
-    nli = read_nli(args.nli, args.bad_lines) if args.nli and stages != ["unsup"] else None
+    nli = data.read_nli(args.nli, args.bad_lines) if args.nli and stages != ["unsup"] else None
     corpus = None
     if "unsup" in stages:
         corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else data.read_corpus(args.corpus, args.bad_lines)
-    out = Path(args.out)
+    train.check_out_folder(out, args.resume, args.overwrite)
+    train.init_distributed()
+    torch.manual_seed(args.seed)
+    model_dir = args.model or default_model_path()
     folders = [out / "stage1", out] if len(stages) == 2 else [out]
-    if len(stages) == 2 and not args.resume and rank == 0:  # a fresh run: old leftovers must not look finished
-        for leftover in (folders[0] / "model", folders[0] / "checkpoint", out / "checkpoint"):
-            shutil.rmtree(leftover, ignore_errors=True)
-    model_dir, resume = args.model or default_model_path(), args.resume
     for stage, folder in zip(stages, folders):
-        finished = folder != out and args.resume and (folder / "model").exists()
-        if finished:
+        if folder != out and train.finished(folder):
             print(f"stage 1 ({stage}) already finished in {folder}; continuing with stage 2")
         else:
+            resume = args.resume and (folder / "checkpoint").exists()
             run_stage(stage, model_dir, folder, resume, nli if stage != "unsup" else corpus, args, device)
         model_dir = folder / "model"
-        # stage 2 resumes only when stage 1 had finished in an earlier run and stage 2 left a checkpoint
-        resume = finished and (out / "checkpoint").exists()
-    if rank == 0:
+    if train.world_rank() == 0:
         print(f"done: encoder saved to {out / 'model'} (mean pooling)")
     return 0
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    train.run_cli(main)

@@ -1,24 +1,23 @@
-"""Text in, tensors out: tokenisation, corpus reading, TSDAE noise, length-bucketed batches.
+"""Text in, tensors out, for any method: tokenisation, corpus reading, padding, batches, data-set readers.
 
-  load_tokenizer / tokenize / pad      - WordPiece ids, padded per batch
-  read_corpus                          - one sentence per line, with clear errors for bad files
-  NOISE (delete, swap, mask, ...)      - TSDAE §3.1 / app. A: damage a sentence word by word
-  BucketBatchSampler                   - batches of similar length, shuffled, resumable, shardable
-  DenoisingDataset + collate           - (damaged, original) pairs, built in DataLoader workers
+  tokenize / pad                       WordPiece ids, padded per batch
+  read_corpus                          one sentence per line, with clear errors for bad files
+  BucketBatchSampler / make_loader     shuffled batches (of similar length), resumable, shardable
+  load_stsb / load_sick / load_sts_year / read_nli
+                                       the STS and NLI files that training and evaluation both read
 """
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import math
-import random
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 from tokenizers import Tokenizer
-from tokenizers.implementations import BertWordPieceTokenizer
 from tqdm.auto import tqdm
 
 
@@ -33,24 +32,6 @@ def progress(items: Iterable, **kw) -> tqdm:
 
 # ----------------------------------------------------------------------------
 # Tokenisation
-
-
-def load_tokenizer(folder: str | Path) -> Tokenizer:
-    """tokenizer.json when the folder has one, else vocab.txt with the folder's lower-casing setting."""
-    folder = Path(folder)
-    if (folder / "tokenizer.json").exists():
-        tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    elif (folder / "vocab.txt").exists():
-        cfg_path = folder / "tokenizer_config.json"
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.exists() else {}
-        tok = BertWordPieceTokenizer(str(folder / "vocab.txt"), lowercase=cfg.get("do_lower_case", True))
-    else:
-        from model import ModelLoadError
-
-        raise ModelLoadError(f"no tokenizer.json or vocab.txt in {folder}")
-    tok.no_padding()  # we pad per batch ourselves (see `pad`)
-    tok.no_truncation()  # and truncate ourselves (see `tokenize`)
-    return tok
 
 
 def truncate(ids: list[int], max_length: int) -> list[int]:
@@ -114,73 +95,6 @@ def read_corpus(path: str | Path, bad_bytes: str = "error") -> list[str]:
     if not sentences:
         raise CorpusError(f"corpus {path} has no non-blank lines")
     return sentences
-
-
-# ----------------------------------------------------------------------------
-# TSDAE noise (§3.1, app. A, tab. 5). Words are the tokenizer's own pre-tokenised words: every
-# function gets the sentence as a list of words, each word a list of WordPiece ids.
-
-
-def words_of(tokenizer: Tokenizer, sentence: str) -> tuple[list[int], list[list[int]], list[int]]:
-    """Split '[CLS] w1 w2 ... [SEP]' into ([CLS] ids, words as lists of piece ids, [SEP] ids)."""
-    enc = tokenizer.encode(sentence)
-    head, words, tail, last = [], [], [], None
-    for tid, wid in zip(enc.ids, enc.word_ids):
-        if wid is None:
-            (tail if words or head else head).append(tid)
-        elif wid == last:
-            words[-1].append(tid)
-        else:
-            words.append([tid])
-            last = wid
-    return head, words, tail
-
-
-def delete_words(words: list[list[int]], ratio: float, rng: random.Random, **_) -> list[list[int]]:
-    """Delete each word with probability `ratio`; at least one word always survives (the paper's noise)."""
-    kept = [w for w in words if rng.random() >= ratio]
-    return kept if kept or not words else [rng.choice(words)]
-
-
-def swap_words(words: list[list[int]], ratio: float, rng: random.Random, **_) -> list[list[int]]:
-    """Pick each word with probability `ratio` and shuffle the picked words among their positions."""
-    picked = [i for i in range(len(words)) if rng.random() < ratio]
-    moved = picked[:]
-    rng.shuffle(moved)
-    out = list(words)
-    for dst, src in zip(picked, moved):
-        out[dst] = words[src]
-    return out
-
-
-def mask_words(words: list[list[int]], ratio: float, rng: random.Random, mask_id: int = 103, **_) -> list[list[int]]:
-    """Replace every piece of each picked word (probability `ratio`) with [MASK]."""
-    return [[mask_id] * len(w) if rng.random() < ratio else w for w in words]
-
-
-def replace_words(words: list[list[int]], ratio: float, rng: random.Random, vocab: Sequence[int] = (), **_) -> list[list[int]]:
-    """Replace each picked word (probability `ratio`) with one random vocabulary token."""
-    return [[rng.choice(vocab)] if rng.random() < ratio else w for w in words]
-
-
-def add_words(words: list[list[int]], ratio: float, rng: random.Random, vocab: Sequence[int] = (), **_) -> list[list[int]]:
-    """After each word, with probability `ratio`, insert one random vocabulary token."""
-    out = []
-    for w in words:
-        out.append(w)
-        if rng.random() < ratio:
-            out.append([rng.choice(vocab)])
-    return out
-
-
-NOISE: dict[str, Callable[..., list[list[int]]]] = {
-    "delete": delete_words, "swap": swap_words, "mask": mask_words, "replace": replace_words, "add": add_words,
-}
-
-
-def ordinary_token_ids(tokenizer: Tokenizer) -> list[int]:
-    """Vocabulary ids that are not special tokens like [PAD] or [unused0] (for replace/add noise)."""
-    return sorted(i for t, i in tokenizer.get_vocab().items() if not (t.startswith("[") and t.endswith("]")))
 
 
 # ----------------------------------------------------------------------------
@@ -271,35 +185,120 @@ def token_lengths(tokenizer: Tokenizer, sentences: list[str], max_length: int) -
     return lengths
 
 
-class DenoisingDataset(torch.utils.data.Dataset):
-    """TSDAE training pairs. Item (epoch, i) -> (damaged ids, original ids) of sentence i.
+# ----------------------------------------------------------------------------
+# Data-set files: the STS and NLI sets (layouts: see the README's "Data" section)
 
-    The noise is drawn from a generator seeded by (seed, epoch, i): fresh every epoch, yet the same
-    however many DataLoader workers or distributed ranks there are, and the same after a resume.
-    """
-
-    def __init__(self, sentences: list[str], tokenizer: Tokenizer, max_length: int, noise: str = "delete",
-                 ratio: float = 0.6, seed: int = 0):
-        self.sentences, self.tokenizer, self.max_length = sentences, tokenizer, max_length
-        self.noise, self.ratio, self.seed = NOISE[noise], ratio, seed
-        self.mask_id = tokenizer.token_to_id("[MASK]")
-        self.vocab = ordinary_token_ids(tokenizer) if noise in ("replace", "add") else ()
-
-    def __len__(self) -> int:
-        return len(self.sentences)
-
-    def __getitem__(self, key: tuple[int, int]) -> tuple[list[int], list[int]]:
-        epoch, i = key
-        rng = random.Random(f"{self.seed}-{epoch}-{i}")
-        head, words, tail = words_of(self.tokenizer, self.sentences[i])
-        damaged = self.noise(words, self.ratio, rng, mask_id=self.mask_id, vocab=self.vocab)
-        join = lambda ws: head + [t for w in ws for t in w] + tail
-        return truncate(join(damaged), self.max_length), truncate(join(words), self.max_length)
+# The SentEval subsets of each STS year (STS13's SMT is LDC-licensed and never redistributed).
+STS_SUBSETS = {
+    "sts12": ["MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"],
+    "sts13": ["FNWN", "headlines", "OnWN"],
+    "sts14": ["deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"],
+    "sts15": ["answers-forums", "answers-students", "belief", "headlines", "images"],
+    "sts16": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
+}
 
 
-def collate_pairs(items: list[tuple[list[int], list[int]]], pad_id: int = 0, multiple: int = 1) -> dict[str, torch.Tensor]:
-    """Pad damaged and original ids separately, each to its own longest (rounded up to `multiple`)."""
-    damaged_ids, damaged_mask = pad([d for d, _ in items], pad_id, multiple)
-    original_ids, original_mask = pad([o for _, o in items], pad_id, multiple)
-    return {"damaged_ids": damaged_ids, "damaged_mask": damaged_mask,
-            "original_ids": original_ids, "original_mask": original_mask}
+def read_lines(path: Path) -> list[str]:
+    """Lines without their line ending (splits on newlines only, unlike str.splitlines)."""
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
+def load_stsb(path: Path) -> list[tuple[str, str, float]]:
+    """STS benchmark csv: genre, file, year, id, score, sentence1, sentence2 [, 2 licence columns].
+    QUOTE_NONE: sentences hold unbalanced '"', default csv quoting would swallow rows."""
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    bad = [i for i, row in enumerate(rows, 1) if len(row) not in (7, 9)]
+    if bad:
+        raise ValueError(f"{path}: line {bad[0]} has not 7 or 9 tab-separated fields")
+    return [(row[5], row[6], float(row[4])) for row in rows]
+
+
+def load_sick(path: Path) -> list[tuple[str, str, float]]:
+    """SICK split file (header line; pair_ID, sentence_A, sentence_B, relatedness_score, judgment)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return [(row[1], row[2], float(row[3])) for row in rows[1:]]
+
+
+def load_sts_year(folder: Path, subsets: Sequence[str]) -> dict[str, list[tuple[str, str, float]]]:
+    """SentEval layout: STS.input.<subset>.txt (sentence1 TAB sentence2 [TAB ...]) and STS.gs.<subset>.txt
+    (one score a line). A blank gold line means the pair was never scored: skip it, as SentEval does."""
+    pairs_of = {}
+    for subset in subsets:
+        inputs = read_lines(folder / f"STS.input.{subset}.txt")
+        gold = read_lines(folder / f"STS.gs.{subset}.txt")
+        if len(inputs) != len(gold):
+            raise ValueError(f"{folder}: {subset} has {len(inputs)} input lines but {len(gold)} gold lines")
+        pairs = []
+        for line, score in zip(inputs, gold):
+            if score.strip():
+                s1, s2 = line.split("\t")[:2]
+                pairs.append((s1, s2, float(score)))
+        pairs_of[subset] = pairs
+    return pairs_of
+
+
+NLI_LABELS = {"contradiction": 0, "entailment": 1, "neutral": 2}  # the label ids of the official ConSERT code
+
+
+def read_nli(path: str | Path, bad_bytes: str = "error") -> list[tuple[str, str, int]]:
+    """(premise, hypothesis, label id) pairs from
+      - JSON lines with "premise", "hypothesis", "label" (SNLI's own "sentence1", "sentence2", "gold_label" too), or
+      - a SICK file: tab-separated, a header naming sentence_A, sentence_B and entailment_judgment
+        (the SemEval splits) or entailment_label (SICK.txt).
+    Labels are entailment / neutral / contradiction, any case; pairs labelled "-" (no consensus) are skipped."""
+    read_corpus(path, bad_bytes)  # the checks every input file gets: exists, text, UTF-8, not empty
+    path = Path(path)
+    lines = []  # (line number, text); read again because read_corpus folds the tabs SICK needs
+    for n, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        try:
+            lines.append((n, raw.decode("utf-8")))
+        except UnicodeDecodeError:  # read_corpus has already stopped on these unless told to skip/replace
+            if bad_bytes == "replace":
+                lines.append((n, raw.decode("utf-8", errors="replace")))
+    lines = [(n, text) for n, text in lines if text.strip()]
+    rows = _nli_json_rows(path, lines) if lines[0][1].lstrip().startswith("{") else _nli_tsv_rows(path, lines)
+    pairs = []
+    for n, premise, hypothesis, label in rows:
+        label = str(label).strip().lower()
+        if label == "-":
+            continue
+        if label not in NLI_LABELS:
+            raise CorpusError(f"{path} line {n}: label '{label}' is not entailment, neutral or contradiction")
+        pairs.append((premise, hypothesis, NLI_LABELS[label]))
+    if not pairs:
+        raise CorpusError(f"{path} has no labelled NLI pairs")
+    return pairs
+
+
+def _nli_json_rows(path: Path, lines: list[tuple[int, str]]) -> list[tuple[int, str, str, str]]:
+    rows = []
+    for n, text in lines:
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            raise CorpusError(f"{path} line {n} is not valid JSON") from None
+        row = [obj.get(a, obj.get(b)) if isinstance(obj, dict) else None
+               for a, b in (("premise", "sentence1"), ("hypothesis", "sentence2"), ("label", "gold_label"))]
+        if any(not isinstance(x, str) for x in row):
+            raise CorpusError(f'{path} line {n}: expected string fields "premise", "hypothesis" and "label"')
+        rows.append((n, *row))
+    return rows
+
+
+def _nli_tsv_rows(path: Path, lines: list[tuple[int, str]]) -> list[tuple[int, str, str, str]]:
+    header = lines[0][1].split("\t")
+    label_column = next((c for c in ("entailment_judgment", "entailment_label") if c in header), None)
+    if "sentence_A" not in header or "sentence_B" not in header or label_column is None:
+        raise CorpusError(f"{path}: not an NLI file: give JSON lines with premise/hypothesis/label, or a SICK "
+                          "file whose header has sentence_A, sentence_B and entailment_judgment")
+    columns = [header.index(c) for c in ("sentence_A", "sentence_B", label_column)]
+    rows = []
+    for n, text in lines[1:]:
+        fields = text.split("\t")
+        if len(fields) <= max(columns):
+            raise CorpusError(f"{path} line {n} has {len(fields)} tab-separated fields, the header {len(header)}")
+        rows.append((n, *(fields[c] for c in columns)))
+    return rows

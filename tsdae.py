@@ -1,57 +1,204 @@
-"""TSDAE (Wang, Reimers & Gurevych 2021): train a sentence encoder by rebuilding damaged sentences.
+"""TSDAE (Wang, Reimers & Gurevych 2021, arXiv:2104.06979): train a sentence encoder by rebuilding damaged sentences.
 
     damaged sentence --encoder--> ONE vector --decoder--> the original sentence
 
 The only path from the damaged input to the decoder is the sentence vector (§3.2), so that vector
 must carry the sentence's meaning. After training the decoder is thrown away.
 
-    python tsdae.py --corpus examples/topics.txt --steps 200 --out runs/tsdae
+Read top to bottom:
+  1. the noise (§3.1, app. A tab. 5)     delete_words (the paper's), swap / mask / replace / add
+  2. the training pairs                  DenoisingDataset: (damaged, original) token ids
+  3. the decoder (§3.2, app. A)          DecoderLayer, TSDAEDecoder: tied to the encoder, sees only the vector
+  4. the loss (§3.1)                     TSDAELoss: cross-entropy of the original, token by token
+  5. the command line                    python tsdae.py --corpus sentences.txt
 """
 from __future__ import annotations
 
 import argparse
+import copy
+import random
 from pathlib import Path
+from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+from tokenizers import Tokenizer
 
 import data
-from model import (
-    GradientLast, SentenceEncoder, TrainSettings, TSDAEDecoder, add_run_arguments, default_model_path, global_mean,
-    init_distributed, pick_device, run_cli, train,
-)
+import fast
+import train
+from model import Bert, BertConfig, EncoderLayer, MLMHead, MultiHeadAttention, SentenceEncoder, default_model_path, init_weights
+
+# ----------------------------------------------------------------------------
+# 1. Noise (§3.1, app. A tab. 5). Words are the tokenizer's own pre-tokenised words: every function gets the
+#    sentence as a list of words, each word a list of WordPiece ids, and returns the damaged list.
 
 
-class VocabularyCrossEntropy(torch.autograd.Function):
-    """sum_t -log softmax(h_t E^T + b)[y_t]: the decoder's vocabulary projection and its loss in one step.
+def words_of(tokenizer: Tokenizer, sentence: str) -> tuple[list[int], list[list[int]], list[int]]:
+    """Split '[CLS] w1 w2 ... [SEP]' into ([CLS] ids, words as lists of piece ids, [SEP] ids)."""
+    enc = tokenizer.encode(sentence)
+    head, words, tail, last = [], [], [], None
+    for tid, wid in zip(enc.ids, enc.word_ids):
+        if wid is None:
+            (tail if words or head else head).append(tid)
+        elif wid == last:
+            words[-1].append(tid)
+        else:
+            words.append([tid])
+            last = wid
+    return head, words, tail
 
-    The same numbers as F.cross_entropy(F.linear(h, E, b), y, reduction="sum"), computed with a single
-    (T, V) tensor: autograd would keep the logits and the log-probabilities and make two more (T, V)
-    gradients. Here the backward turns the saved log-probabilities into d loss / d logits = softmax - onehot(y)
-    in place. Speed and memory only; tests/test_tsdae.py checks it against the plain formula.
+
+def delete_words(words: list[list[int]], ratio: float, rng: random.Random, **_) -> list[list[int]]:
+    """Delete each word with probability `ratio`; at least one word always survives (the paper's noise)."""
+    kept = [w for w in words if rng.random() >= ratio]
+    return kept if kept or not words else [rng.choice(words)]
+
+
+def swap_words(words: list[list[int]], ratio: float, rng: random.Random, **_) -> list[list[int]]:
+    """Pick each word with probability `ratio` and shuffle the picked words among their positions."""
+    picked = [i for i in range(len(words)) if rng.random() < ratio]
+    moved = picked[:]
+    rng.shuffle(moved)
+    out = list(words)
+    for dst, src in zip(picked, moved):
+        out[dst] = words[src]
+    return out
+
+
+def mask_words(words: list[list[int]], ratio: float, rng: random.Random, mask_id: int = 103, **_) -> list[list[int]]:
+    """Replace every piece of each picked word (probability `ratio`) with [MASK]."""
+    return [[mask_id] * len(w) if rng.random() < ratio else w for w in words]
+
+
+def replace_words(words: list[list[int]], ratio: float, rng: random.Random, vocab: Sequence[int] = (), **_) -> list[list[int]]:
+    """Replace each picked word (probability `ratio`) with one random vocabulary token."""
+    return [[rng.choice(vocab)] if rng.random() < ratio else w for w in words]
+
+
+def add_words(words: list[list[int]], ratio: float, rng: random.Random, vocab: Sequence[int] = (), **_) -> list[list[int]]:
+    """After each word, with probability `ratio`, insert one random vocabulary token."""
+    out = []
+    for w in words:
+        out.append(w)
+        if rng.random() < ratio:
+            out.append([rng.choice(vocab)])
+    return out
+
+
+NOISE: dict[str, Callable[..., list[list[int]]]] = {
+    "delete": delete_words, "swap": swap_words, "mask": mask_words, "replace": replace_words, "add": add_words,
+}
+
+
+def ordinary_token_ids(tokenizer: Tokenizer) -> list[int]:
+    """Vocabulary ids that are not special tokens like [PAD] or [unused0] (for replace/add noise)."""
+    return sorted(i for t, i in tokenizer.get_vocab().items() if not (t.startswith("[") and t.endswith("]")))
+
+
+# ----------------------------------------------------------------------------
+# 2. The training pairs
+
+
+class DenoisingDataset(torch.utils.data.Dataset):
+    """Item (epoch, i) -> (damaged ids, original ids) of sentence i.
+
+    The noise is drawn from a generator seeded by (seed, epoch, i): fresh every epoch, yet the same
+    however many DataLoader workers or distributed processes there are, and the same after a resume.
     """
 
-    VOCAB_CHUNK = 1024  # on CPU, MKL runs the projection faster as (T, d) x (d, 1024) pieces than in one piece
+    def __init__(self, sentences: list[str], tokenizer: Tokenizer, max_length: int, noise: str = "delete",
+                 ratio: float = 0.6, seed: int = 0):
+        self.sentences, self.tokenizer, self.max_length = sentences, tokenizer, max_length
+        self.noise, self.ratio, self.seed = NOISE[noise], ratio, seed
+        self.mask_id = tokenizer.token_to_id("[MASK]")
+        self.vocab = ordinary_token_ids(tokenizer) if noise in ("replace", "add") else ()
 
-    @staticmethod
-    def forward(ctx, h: torch.Tensor, E: torch.Tensor, b: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """h (T, d) decoder states at the label positions, E (V, d) word embeddings, b (V,), y (T,) labels."""
-        h = h.to(torch.promote_types(h.dtype, torch.float32))  # projection and softmax in float32 at least
-        logits = h.new_empty(len(h), len(E))  # (T, V)
-        for i in range(0, len(E), VocabularyCrossEntropy.VOCAB_CHUNK):
-            v = slice(i, i + VocabularyCrossEntropy.VOCAB_CHUNK)
-            torch.addmm(b[v], h, E[v].T, out=logits[:, v])  # (T, chunk) = h E_v^T + b_v
-        log_probs = torch.log_softmax(logits, -1, out=logits)  # (T, V), in place: no second (T, V) tensor
-        ctx.save_for_backward(h, E, log_probs, y)
-        return -log_probs.gather(1, y[:, None]).sum()
+    def __len__(self) -> int:
+        return len(self.sentences)
 
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
-        h, E, log_probs, y = ctx.saved_tensors
-        d_logits = log_probs.exp_()  # (T, V): softmax, in place of the log-probabilities
-        d_logits[torch.arange(len(y), device=y.device), y] -= 1  # softmax - onehot(y)
-        # the loss's scalar gradient multiplies the small factors, never the (T, V) one
-        return (d_logits @ E) * grad, d_logits.T @ (h * grad), d_logits.sum(0) * grad, None  # (T, d), (V, d), (V,)
+    def __getitem__(self, key: tuple[int, int]) -> tuple[list[int], list[int]]:
+        epoch, i = key
+        rng = random.Random(f"{self.seed}-{epoch}-{i}")
+        head, words, tail = words_of(self.tokenizer, self.sentences[i])
+        damaged = self.noise(words, self.ratio, rng, mask_id=self.mask_id, vocab=self.vocab)
+        join = lambda ws: head + [t for w in ws for t in w] + tail
+        return data.truncate(join(damaged), self.max_length), data.truncate(join(words), self.max_length)
+
+
+def collate_pairs(items: list[tuple[list[int], list[int]]], pad_id: int = 0, multiple: int = 1) -> dict[str, torch.Tensor]:
+    """Pad damaged and original ids separately, each to its own longest (rounded up to `multiple`)."""
+    damaged_ids, damaged_mask = data.pad([d for d, _ in items], pad_id, multiple)
+    original_ids, original_mask = data.pad([o for _, o in items], pad_id, multiple)
+    return {"damaged_ids": damaged_ids, "damaged_mask": damaged_mask,
+            "original_ids": original_ids, "original_mask": original_mask}
+
+
+# ----------------------------------------------------------------------------
+# 3. The decoder (§3.2, app. A)
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention to the sentence vector, feed-forward (post-LN, like BERT).
+
+    The self-attention, feed-forward and their LayerNorms ARE the given encoder layer's modules (the same
+    Parameter objects: tied, app. A). Cross-attention has no encoder counterpart: its weights are new.
+    """
+
+    def __init__(self, enc_layer: EncoderLayer, cfg: BertConfig):
+        super().__init__()
+        self.self_attn, self.self_attn_norm = enc_layer.attn, enc_layer.attn_norm
+        self.cross_attn = MultiHeadAttention(cfg)
+        self.cross_attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.ffn, self.ffn_norm = enc_layer.ffn, enc_layer.ffn_norm
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.cross_attn.apply(init_weights)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        """x: (B, L, d) decoder states; memory: (B, 1, d), the sentence vector."""
+        L = x.shape[1]
+        # causal: position t sees tokens <= t only. No padding mask is needed: pads sit after every
+        # real token, so no real position can see one (the reference code passes none either).
+        causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()  # (L, L)
+        x = self.self_attn_norm(x + self.dropout(self.self_attn(x, causal)))  # (B, L, d)
+        # §3.2: the keys and values come only from the sentence vector, a memory of length 1
+        x = self.cross_attn_norm(x + self.dropout(self.cross_attn(x, memory=memory)))  # (B, L, d)
+        return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
+
+
+class TSDAEDecoder(nn.Module):
+    """Rebuilds a sentence from its vector alone (§3.1-3.2).
+
+    tie=True (the paper's choice, app. A): the embeddings and every per-layer module except cross-attention
+    are the encoder's own. tie=False: a separate copy, initialised from the same weights.
+    LM head: the checkpoint's `cls.predictions` when it has one (the encoder never uses it), else new;
+    its projection onto the vocabulary is always the (shared) word-embedding matrix.
+    """
+
+    def __init__(self, encoder: Bert, tie: bool = True):
+        super().__init__()
+        cfg = encoder.cfg
+        source = encoder if tie else copy.deepcopy(encoder)
+        self.embeddings = source.embeddings
+        self.layers = nn.ModuleList([DecoderLayer(layer, cfg) for layer in source.layers])
+        self.lm_head = source.mlm_head if source.mlm_head is not None else MLMHead(cfg)
+
+    def forward(self, input_ids: torch.Tensor, sentence_vec: torch.Tensor) -> torch.Tensor:
+        """input_ids (B, L), sentence_vec (B, d) -> decoder states (B, L, d)."""
+        memory = sentence_vec[:, None, :]  # (B, 1, d)
+        x = self.embeddings(input_ids)  # (B, L, d)
+        for layer in self.layers:
+            x = layer(x, memory)
+        return x
+
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
+        """states (..., d) -> (..., V): the LM head, projecting onto the word-embedding matrix."""
+        return self.lm_head(states, self.embeddings.word.weight)
+
+
+# ----------------------------------------------------------------------------
+# 4. The loss (§3.1)
 
 
 class TSDAELoss(nn.Module):
@@ -70,95 +217,101 @@ class TSDAELoss(nn.Module):
         self.decoder = TSDAEDecoder(encoder.bert, tie=tie)  # app. A: tied to the encoder
         if not tie:
             encoder.bert.mlm_head = None  # the separate decoder has its own copy; the encoder never used it
-        self.decoder.embeddings.sparse_word_grad = True  # speed only: see model.GradientLast
         self.normalisation = normalisation
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        # the vocabulary projection's E, taken before any lookup so that its dense gradient comes last
-        word_embeddings = GradientLast.apply(self.decoder.embeddings.word.weight)  # (V, d)
         # §3.1: the encoder reads the DAMAGED sentence and gives one vector per sentence
         sentence_vec = self.encoder(batch["damaged_ids"], batch["damaged_mask"])  # (B, d)
         # teacher forcing: read the original up to t, predict token t+1 ([CLS] a b -> a b [SEP])
         original, mask = batch["original_ids"], batch["original_mask"]
         decoder_input, labels = original[:, :-1], original[:, 1:]  # (B, L-1) each
-        is_label = mask[:, 1:].bool()  # (B, L-1): real tokens to predict
-        states = self.decoder(decoder_input, sentence_vec)  # (B, L-1, d)
-        # the vocabulary projection is the costliest matmul: compute it only where there is a label
-        head = self.decoder.lm_head
-        h = head.transform(states[is_label])  # (T, d), T = real label tokens in the batch
-        total = VocabularyCrossEntropy.apply(h, word_embeddings, head.bias, labels[is_label])  # sum over T
-        count = is_label.sum() if self.normalisation == "tokens" else torch.tensor(len(original), device=total.device)
-        return global_mean(total, count)  # = total / count; under torchrun over the whole global batch
+        is_label = mask[:, 1:].bool()  # (B, L-1): real tokens to predict, not padding
+        logits = self.decoder.logits(self.decoder(decoder_input, sentence_vec))  # (B, L-1, V)
+        nll = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")  # (B, L-1): -log p(y_t | y_<t, s)
+        total = (nll * is_label).sum()
+        count = is_label.sum() if self.normalisation == "tokens" else torch.tensor(len(original), device=nll.device)
+        return train.global_mean(total, count)  # = total / count; under torchrun over the whole global batch
+
+
+# ----------------------------------------------------------------------------
+# 5. The command line
 
 
 def make_loader(sentences: list[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
                 rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
-    """(damaged, original) batches, length-bucketed on the original sentences."""
-    dataset = data.DenoisingDataset(sentences, encoder.tokenizer, encoder.max_length, args.noise, args.noise_ratio,
-                                    args.seed)
+    """(damaged, original) batches, length-bucketed on the original sentences: the loss compares no
+    sentence with another, so grouping similar lengths only saves work on padding."""
+    dataset = DenoisingDataset(sentences, encoder.tokenizer, encoder.max_length, args.noise, args.noise_ratio, args.seed)
     lengths = data.token_lengths(encoder.tokenizer, sentences, encoder.max_length)
-    return data.make_loader(dataset, lengths, data.collate_pairs, encoder.bert.cfg.pad_token_id, args.batch_size,
-                            args.seed, device, not args.no_bucketing, args.workers, rank, world)
+    return data.make_loader(dataset, lengths, collate_pairs, encoder.bert.cfg.pad_token_id, args.batch_size,
+                            args.seed, device, True, args.workers, rank, world)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="Train a sentence encoder with TSDAE on unlabelled sentences (one per line).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Train a sentence encoder with TSDAE (arXiv:2104.06979) on unlabelled sentences, one per line.",
+        formatter_class=train.HelpFormatter,
     )
     p.add_argument("--corpus", required=True, help="UTF-8 text file, one sentence per line")
-    p.add_argument("--model", default=None, help="local Hugging Face BERT folder (default: the shipped all-MiniLM-L6-v2)")
-    p.add_argument("--out", default="runs/tsdae",
-                   help="run folder: model/ (the trained encoder), checkpoint/ (to resume), log.jsonl")
+    p.add_argument("--model", default=None,
+                   help="Hugging Face BERT: a local folder or a Hub id such as bert-base-uncased "
+                        "(default: the shipped all-MiniLM-L6-v2)")
     p.add_argument("--epochs", type=int, default=1, help="passes over the corpus (ignored when --steps is given)")
-    p.add_argument("--steps", type=int, default=None, help="optimiser steps in total (the paper: 100000)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="optimiser steps in total (default: one epoch, corpus size / batch size; the paper: 100000)")
     p.add_argument("--batch-size", type=int, default=8,
                    help="sentences per step (app. B); under torchrun the global batch, split over the processes")
     p.add_argument("--lr", type=float, default=3e-5, help="AdamW learning rate (app. B), constant as in the reference")
     p.add_argument("--max-length", type=int, default=75, help="tokens per sentence, longer lines are truncated")
     p.add_argument("--pooling", default="cls", choices=["cls", "mean", "max"], help="sentence vector (app. A, tab. 7)")
-    p.add_argument("--noise", default="delete", choices=sorted(data.NOISE), help="noise type (app. A, tab. 5)")
+    p.add_argument("--noise", default="delete", choices=sorted(NOISE), help="noise type (app. A, tab. 5)")
     p.add_argument("--noise-ratio", type=float, default=0.6, help="probability a word is affected (app. A, tab. 6)")
     p.add_argument("--untie", action="store_true", help="separate decoder weights (initialised from the same checkpoint)")
     p.add_argument("--loss-normalisation", default="tokens", choices=["tokens", "sentence"],
                    help="tokens: mean over the batch's tokens (reference code); sentence: per-sentence sum (paper §3.1)")
-    add_run_arguments(p)
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    train.add_run_arguments(p, out="runs/tsdae")
     p.add_argument("--eval-data", default=None, help="data folder with stsbenchmark/: log STS-b dev Spearman")
     p.add_argument("--eval-every", type=int, default=500, help="steps between evaluations (with --eval-data)")
     p.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
                    help="what to do with corpus lines that are not UTF-8")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    train.check_arguments(p, args, positive=("lr",), at_least_one=("epochs", "steps", "batch_size", "eval_every"),
+                          ratios=("noise_ratio",))
+    if args.max_length < 3:
+        p.error(f"--max-length must be at least 3: [CLS], one token, [SEP] (got {args.max_length})")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rank, world = init_distributed()
+    out = Path(args.out)
+    device = train.device_for(args.device)
+    train.check_out_folder(out, args.resume, args.overwrite)
+    rank, world = train.init_distributed()
     torch.manual_seed(args.seed)
-    device = pick_device(args.device)
     sentences = data.read_corpus(args.corpus, args.bad_lines)
     encoder = SentenceEncoder.from_pretrained(args.model or default_model_path(), pooling=args.pooling,
                                               max_length=args.max_length)
     objective = TSDAELoss(encoder, tie=not args.untie, normalisation=args.loss_normalisation)
+    if not args.plain:
+        objective = fast.tsdae(objective)  # the same parameters and numbers, computed faster
     loader = make_loader(sentences, encoder, args, device, rank, world)
     steps = args.steps or args.epochs * len(loader.batch_sampler)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     eval_fn = None
     if args.eval_data:
         from evaluate import stsb_dev_spearman
 
         eval_fn = lambda enc: stsb_dev_spearman(enc, args.eval_data)
-    settings = TrainSettings(out=out, steps=steps, lr=args.lr, seed=args.seed, amp=args.amp,
-                             save_every=args.save_every, eval_every=args.eval_every, eval_fn=eval_fn,
-                             resume=args.resume, compile=args.compile)
+    settings = train.TrainSettings(out=out, steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every,
+                                   eval_every=args.eval_every, eval_fn=eval_fn, resume=args.resume)
     if rank == 0:
-        print(f"TSDAE: {len(sentences)} sentences, {steps} steps of {args.batch_size} on {world} x {device}; saving to {out}")
-    train(encoder, objective, loader, settings, device)
+        print(f"TSDAE: {len(sentences)} sentences, {steps} steps of {args.batch_size} on {world} x {device}"
+              f"{' (plain path)' if args.plain else ''}; saving to {out}")
+    train.train(encoder, objective, loader, settings, device)
     if rank == 0:
         print(f"done: encoder saved to {out / 'model'} ({args.pooling} pooling)")
     return 0
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    train.run_cli(main)

@@ -48,14 +48,14 @@ def sts_sentences(data_dir) -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, minilm_path) -> Path:
     """A 2-layer, 32-wide random BERT with MiniLM's vocabulary: training tests run in seconds on it."""
-    import data
+    import model
     from model import Bert, BertConfig, SentenceEncoder
 
     cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                      max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("tiny") / "model"
-    SentenceEncoder(Bert(cfg), data.load_tokenizer(minilm_path), "cls", 64, source=Path(minilm_path)).save_pretrained(folder)
+    SentenceEncoder(Bert(cfg), model.load_tokenizer(minilm_path), "cls", 64, source=Path(minilm_path)).save_pretrained(folder)
     return folder
 
 
@@ -73,3 +73,20 @@ def small_corpus(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("corpus") / "small.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+@pytest.fixture(params=["plain", "fast"])
+def on_path(request):
+    """Runs a test on both paths: on_path(encoder) is the encoder itself (plain) or a copy that shares its
+    weights and runs fast.PackedBert (fast). on_path.name says which."""
+    import fast
+    from model import SentenceEncoder
+
+    def convert(encoder):
+        if request.param == "plain":
+            return encoder
+        return SentenceEncoder(fast.PackedBert(encoder.bert), encoder.tokenizer, encoder.pooling, encoder.max_length,
+                               encoder.source)
+
+    convert.name = request.param
+    return convert

@@ -63,7 +63,7 @@ def collate(ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
 # ---------------------------------------------------------------- views on the real MiniLM weights
 
 
-def test_shuffle_permutes_real_positions_and_equals_hf_with_those_position_ids(minilm, hf_minilm, batch):
+def test_shuffle_permutes_real_positions_and_equals_hf_with_those_position_ids(minilm, hf_minilm, batch, on_path):
     ids, mask = batch
     view = consert.VIEWS["shuffle"](mask, 0.0)
     n, L = mask.sum(1), mask.shape[1]
@@ -74,9 +74,9 @@ def test_shuffle_permutes_real_positions_and_equals_hf_with_those_position_ids(m
     assert (view.position_ids[:, 0] != 0).any()  # [CLS] (and [SEP]) take part in the shuffle
     assert (view.position_ids != torch.arange(L)).any(dim=1).sum() >= len(ids) - 1  # (almost) every row moved
     with torch.no_grad():
-        ours = objective(minilm).encode(ids, view)
+        ours = objective(on_path(minilm)).encode(ids, view)
         states = hf_minilm(input_ids=ids, attention_mask=mask, position_ids=view.position_ids).last_hidden_state
-        plain = objective(minilm).encode(ids, View(mask))
+        plain = objective(on_path(minilm)).encode(ids, View(mask))
     torch.testing.assert_close(ours, pool(states, mask, "mean"), atol=2e-5, rtol=1e-4)
     assert (ours - plain).abs().max() > 1e-2  # word order matters to the encoder
 
@@ -110,7 +110,7 @@ def test_feature_cutoff_zeroes_int_d_rate_whole_columns_and_nothing_else(minilm,
     assert torch.equal(y[keep], x[keep])
 
 
-def test_span_keeps_one_contiguous_run_of_the_promised_length(minilm, batch):
+def test_span_keeps_one_contiguous_run_of_the_promised_length(minilm, batch, on_path):
     ids, mask = batch
     for rate in (0.1, 0.5, 0.9):
         kept = consert.span_mask(mask, rate)
@@ -121,10 +121,10 @@ def test_span_keeps_one_contiguous_run_of_the_promised_length(minilm, batch):
             assert where == list(range(where[0], where[0] + len(where))) and where[-1] < n  # one run, inside
     with torch.no_grad():  # the pooled vector is the span's own: masked tokens neither attend nor are pooled
         view = consert.VIEWS["span"](mask, 0.5)
-        z = objective(minilm).encode(ids, view)
+        z = objective(on_path(minilm)).encode(ids, view)
         b = 0
         keep = view.attention_mask[b].bool()
-        alone = objective(minilm).encode(ids[b : b + 1, keep], View(torch.ones(1, int(keep.sum()), dtype=torch.long),
+        alone = objective(on_path(minilm)).encode(ids[b : b + 1, keep], View(torch.ones(1, int(keep.sum()), dtype=torch.long),
                                                                        position_ids=keep.nonzero().T))
     torch.testing.assert_close(z[b : b + 1], alone, atol=1e-5, rtol=1e-4)
 
@@ -205,7 +205,7 @@ def test_nt_xent_is_lower_for_identical_views_than_for_views_shuffled_across_sen
 
 
 def test_adversarial_view_raises_the_supervised_loss_and_has_the_given_norm(minilm, data_dir):
-    pairs = consert.read_nli(data_dir / "sick" / "SICK_trial.txt")[:8]
+    pairs = data.read_nli(data_dir / "sick" / "SICK_trial.txt")[:8]
     obj = objective(minilm, ("none", 0), ("adversarial", 0), nli_classes=3, adv_norm=1e-2)
     b = consert.collate_nli([consert.NLIDataset(pairs, minilm.tokenizer, 64)[(0, i)] for i in range(8)])
     premise_mask = b["premise_mask"]
@@ -245,12 +245,12 @@ def test_unsupervised_adversarial_view_raises_the_contrastive_loss(minilm, batch
     assert obj(collate(ids, mask)).isfinite()  # and the objective runs end to end with it
 
 
-def test_last_two_layers_mean_equals_hf_hidden_states(minilm, hf_minilm, sts_sentences):
+def test_last_two_layers_mean_equals_hf_hidden_states(minilm, hf_minilm, sts_sentences, on_path):
     ids, mask = data.pad(data.tokenize(minilm.tokenizer, sts_sentences[:8], 64), pad_id=0)
     with torch.no_grad():
         states = hf_minilm(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
     expected = (pool(states[-1], mask, "mean") + pool(states[-2], mask, "mean")) / 2
-    ours = consert.LastTwoLayersMean(minilm).encode(sts_sentences[:8])
+    ours = consert.LastTwoLayersMean(on_path(minilm)).encode(sts_sentences[:8])
     torch.testing.assert_close(ours, expected, atol=2e-5, rtol=1e-4)
     assert minilm.training  # encode() gives the training mode back
 
@@ -264,15 +264,15 @@ def test_sts_corpus_is_the_official_89192_sentences(data_dir):
 
 
 def test_nli_readers(tmp_path, data_dir):
-    sick = consert.read_nli(data_dir / "sick" / "SICK_train.txt")
+    sick = data.read_nli(data_dir / "sick" / "SICK_train.txt")
     assert len(sick) == 4500 and {label for *_, label in sick} == {0, 1, 2}
-    assert len(consert.read_nli(data_dir / "sick" / "SICK.txt")) == 9840  # the full release: entailment_label
-    snli = consert.read_nli(data_dir / "nli" / "snli_dev.jsonl")
+    assert len(data.read_nli(data_dir / "sick" / "SICK.txt")) == 9840  # the full release: entailment_label
+    snli = data.read_nli(data_dir / "nli" / "snli_dev.jsonl")
     assert len(snli) == 9842
     f = tmp_path / "raw.jsonl"  # SNLI's own field names; '-' = no gold label, skipped
     f.write_text('{"sentence1": "a", "sentence2": "b", "gold_label": "neutral"}\n\n'
                  '{"sentence1": "c", "sentence2": "d", "gold_label": "-"}\n', encoding="utf-8")
-    assert consert.read_nli(f) == [("a", "b", consert.NLI_LABELS["neutral"])]
+    assert data.read_nli(f) == [("a", "b", data.NLI_LABELS["neutral"])]
 
 
 @pytest.mark.parametrize("content, message", [
@@ -287,7 +287,7 @@ def test_bad_nli_file_gets_a_clear_error(content, message, tmp_path):
     nli = tmp_path / "nli.jsonl"
     nli.write_bytes(content)
     with pytest.raises(data.CorpusError) as err:
-        consert.read_nli(nli)
+        data.read_nli(nli)
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -326,10 +326,10 @@ def test_fusion_strategies_train_on_sick(strategy, tiny_model_dir, small_corpus,
                   str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--nli-steps", 3, "--steps", 2, *views)])
     if "-" in strategy:  # stage 1 on NLI into OUT/stage1, stage 2 contrastive from its model into OUT
         assert len(losses(tmp_path / "stage1")) == 3 and len(losses(tmp_path)) == 2
-        state = torch.load(tmp_path / "stage1" / "checkpoint" / "training_state.pt", weights_only=False)
+        state = torch.load(tmp_path / "stage1" / "checkpoint" / "training_state.pt", weights_only=True)
         assert any(k.startswith("classifier.") for k in state["objective"])
         assert not any(k.startswith("classifier.") for k in
-                       torch.load(tmp_path / "checkpoint" / "training_state.pt", weights_only=False)["objective"])
+                       torch.load(tmp_path / "checkpoint" / "training_state.pt", weights_only=True)["objective"])
     else:
         assert len(losses(tmp_path)) == 3
     assert all(math.isfinite(x) for x in losses(tmp_path))
@@ -338,7 +338,7 @@ def test_fusion_strategies_train_on_sick(strategy, tiny_model_dir, small_corpus,
 
 def test_joint_loss_is_supervised_plus_weighted_contrastive(tiny_model_dir, data_dir):
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean")
-    pairs = consert.read_nli(data_dir / "sick" / "SICK_trial.txt")[:6]
+    pairs = data.read_nli(data_dir / "sick" / "SICK_trial.txt")[:6]
     b = consert.collate_nli([consert.NLIDataset(pairs, encoder.tokenizer, 64)[(0, i)] for i in range(6)])
     joint = objective(encoder, ("none", 0), ("none", 0), nli_classes=3, joint=True, cl_weight=0.5)
     sup = objective(encoder, nli_classes=3)

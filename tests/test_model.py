@@ -10,35 +10,38 @@ import torch.nn.functional as F
 
 import data
 from model import (
-    Bert, BertConfig, ModelLoadError, MultiHeadAttention, SentenceEncoder, attention_reference, load_bert, pool,
+    Bert, BertConfig, ModelLoadError, MultiHeadAttention, SentenceEncoder, attention, load_bert, load_tokenizer, pool,
     read_safetensors, write_safetensors,
 )
 
 
 def hf_batch(tokenizer_path, sentences, max_length=256):
-    tok = data.load_tokenizer(tokenizer_path)
+    tok = load_tokenizer(tokenizer_path)
     return data.pad(data.tokenize(tok, sentences, max_length), pad_id=0)
 
 
 # ---------------------------------------------------------------- the math
 
 
-def test_fused_attention_equals_reference_formula():
-    """attention_reference = PyTorch's fused kernel, with a padding mask and a causal one; MultiHeadAttention
-    (the reference on CPU, the fused kernel on CUDA) gives the fused kernel's result."""
+def test_attention_formula_equals_the_fused_kernel():
+    """model.attention = PyTorch's fused kernel, with a padding mask and a causal one; MultiHeadAttention (the
+    formula on CPU, the fused kernel on CUDA) gives the fused kernel's result."""
     cfg = BertConfig(hidden_size=32, num_attention_heads=4, attention_probs_dropout_prob=0.0)
     attn = MultiHeadAttention(cfg).eval()
     x = torch.randn(3, 7, 32)
     mask = torch.ones(3, 7, dtype=torch.bool)
     mask[0, 5:] = False
     mask[2, 2:] = False
-    q, k, v = attn.split_heads(attn.q(x)), attn.split_heads(attn.k(x)), attn.split_heads(attn.v(x))
+    split = lambda t: t.view(3, 7, 4, 8).transpose(1, 2)  # (B, h, L, dh)
+    q, k, v = split(attn.q(x)), split(attn.k(x)), split(attn.v(x))
     merge = lambda y: attn.out(y.transpose(1, 2).reshape(3, 7, 32))
-    padding, tri = mask[:, None, None, :], torch.ones(7, 7, dtype=torch.bool).tril()
-    for attn_mask, causal, as_mask in [(padding, False, padding), (None, True, tri)]:
-        fused = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal)
-        torch.testing.assert_close(attention_reference(q, k, v, as_mask), fused, atol=1e-6, rtol=1e-5)
-        torch.testing.assert_close(attn(x, attn_mask, causal=causal), merge(fused), atol=1e-6, rtol=1e-5)
+    padding, causal = mask[:, None, None, :], torch.ones(7, 7, dtype=torch.bool).tril()
+    for attn_mask in (padding, causal):
+        fused = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        torch.testing.assert_close(attention(q, k, v, attn_mask), fused, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(attn(x, attn_mask), merge(fused), atol=1e-6, rtol=1e-5)
+    unmasked = (q @ k.transpose(-2, -1) / 8 ** 0.5).softmax(-1) @ v  # the textbook line, no mask
+    torch.testing.assert_close(attention(q, k, v), unmasked)
 
 
 def test_pooling_ignores_padding():
@@ -54,7 +57,7 @@ def test_pooling_ignores_padding():
 
 
 def test_pad_to_longest_or_multiple_of_8_and_truncate_keeps_sep(minilm_path):
-    tok = data.load_tokenizer(minilm_path)
+    tok = load_tokenizer(minilm_path)
     ids = data.tokenize(tok, ["a b c", "word " * 300], max_length=20)
     assert len(ids[0]) == 5 and len(ids[1]) == 20
     assert ids[1][0] == 101 and ids[1][-1] == 102  # [CLS] ... [SEP]
@@ -68,8 +71,8 @@ def test_pad_to_longest_or_multiple_of_8_and_truncate_keeps_sep(minilm_path):
 def test_vocab_txt_tokenizer_equals_tokenizer_json(minilm_path, tmp_path, sts_sentences):
     for name in ("vocab.txt", "tokenizer_config.json"):
         shutil.copy(Path(minilm_path) / name, tmp_path / name)
-    from_json = data.tokenize(data.load_tokenizer(minilm_path), sts_sentences, 128)
-    from_vocab = data.tokenize(data.load_tokenizer(tmp_path), sts_sentences, 128)
+    from_json = data.tokenize(load_tokenizer(minilm_path), sts_sentences, 128)
+    from_vocab = data.tokenize(load_tokenizer(tmp_path), sts_sentences, 128)
     assert from_json == from_vocab
 
 
@@ -81,24 +84,24 @@ def minilm(minilm_path):
     return SentenceEncoder.from_pretrained(minilm_path).eval()
 
 
-def test_minilm_hidden_states_equal_transformers(minilm, minilm_path, sts_sentences):
+def test_minilm_hidden_states_equal_transformers(minilm, minilm_path, sts_sentences, on_path):
     from transformers import BertModel
 
     ref = BertModel.from_pretrained(minilm_path).eval()
     ids, mask = hf_batch(minilm_path, sts_sentences)
     assert (mask == 0).any(), "the batch must contain padding"
     with torch.no_grad():
-        ours = minilm.bert(ids, mask)
+        ours = on_path(minilm).bert(ids, mask)
         theirs = ref(input_ids=ids, attention_mask=mask).last_hidden_state
     real = mask.bool()
     assert (ours[real] - theirs[real]).abs().max() < 1e-4
 
 
-def test_minilm_encode_equals_sentence_transformers(minilm, minilm_path, sts_sentences):
+def test_minilm_encode_equals_sentence_transformers(minilm, minilm_path, sts_sentences, on_path):
     from sentence_transformers import SentenceTransformer
 
     theirs = SentenceTransformer(minilm_path, device="cpu").encode(sts_sentences, convert_to_tensor=True)
-    ours = minilm.encode(sts_sentences, batch_size=16)
+    ours = on_path(minilm).encode(sts_sentences, batch_size=16)
     assert ours.dtype == torch.float32 and ours.shape == (len(sts_sentences), 384)
     assert F.cosine_similarity(ours, theirs).min() >= 0.99999
 

@@ -1,4 +1,5 @@
-"""TSDAE: loss and gradient parity with sentence-transformers, tying, noise, training, resume, bad input."""
+"""TSDAE: loss and gradient parity with sentence-transformers (plain and fast path), tying, noise, training, resume,
+bad input."""
 import dataclasses
 import json
 import os
@@ -13,8 +14,11 @@ import torch
 import torch.nn.functional as F
 
 import data
+import fast
+import train
 import tsdae
-from model import SentenceEncoder, TrainingStopped, to_hf_name
+from model import SentenceEncoder, load_tokenizer, to_hf_name
+from train import TrainingStopped
 from tsdae import TSDAELoss
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def copy_reference_decoder_weights(ours: TSDAELoss, ref_decoder) -> None:
     """The reference's freshly initialised decoder-only weights (cross-attention, LM-head transform, bias) into ours."""
     sd = ref_decoder.state_dict()
-    names = {"v": "self.value", "out": "output.dense"}  # its query and key have no effect (one key): ours has none
+    names = {"q": "self.query", "k": "self.key", "v": "self.value", "out": "output.dense"}
     with torch.no_grad():
         for i, layer in enumerate(ours.decoder.layers):
             pre = f"bert.encoder.layer.{i}.crossattention."
@@ -43,7 +47,8 @@ def copy_reference_decoder_weights(ours: TSDAELoss, ref_decoder) -> None:
         head.bias.copy_(sd["cls.predictions.bias"])
 
 
-def test_loss_and_gradients_equal_sentence_transformers(minilm_path, sts_sentences):
+@pytest.mark.parametrize("path", ["plain", "fast"])
+def test_loss_and_gradients_equal_sentence_transformers(minilm_path, sts_sentences, path):
     from sentence_transformers import SentenceTransformer, models
     from sentence_transformers.sentence_transformer.losses import DenoisingAutoEncoderLoss
 
@@ -52,11 +57,14 @@ def test_loss_and_gradients_equal_sentence_transformers(minilm_path, sts_sentenc
     st = SentenceTransformer(modules=[transformer, models.Pooling(384, "cls")], device="cpu")
     ref = DenoisingAutoEncoderLoss(st, tie_encoder_decoder=True).eval()
 
-    ours = TSDAELoss(SentenceEncoder.from_pretrained(minilm_path, pooling="cls", max_length=75)).eval()
+    ours = TSDAELoss(SentenceEncoder.from_pretrained(minilm_path, pooling="cls", max_length=75))
     copy_reference_decoder_weights(ours, ref.decoder)
+    if path == "fast":
+        ours = fast.tsdae(ours)
+    ours.eval()
 
-    dataset = data.DenoisingDataset(sts_sentences[:16], ours.encoder.tokenizer, 75)
-    batch = data.collate_pairs([dataset[(0, i)] for i in range(16)])
+    dataset = tsdae.DenoisingDataset(sts_sentences[:16], ours.encoder.tokenizer, 75)
+    batch = tsdae.collate_pairs([dataset[(0, i)] for i in range(16)])
     assert (batch["original_mask"] == 0).any() and (batch["damaged_ids"] != batch["original_ids"][:, : batch["damaged_ids"].shape[1]]).any()
     loss = ours(batch)
     features = lambda ids, mask: {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
@@ -75,12 +83,14 @@ def test_loss_and_gradients_equal_sentence_transformers(minilm_path, sts_sentenc
             continue
         assert (p.grad - g_ref).abs().max() <= 1e-4 * g_ref.abs().max(), name
     ref_decoder = dict(ref.decoder.named_parameters())
-    for i, layer in enumerate(ours.decoder.layers):  # the cross-attention, computed once per sentence here
+    for i, layer in enumerate(ours.decoder.layers):  # the cross-attention (the fast path keeps only v and out)
         for ours_name, hf_name in [("v", "self.value"), ("out", "output.dense")]:
             for kind in ("weight", "bias"):
                 g_ref = ref_decoder[f"bert.encoder.layer.{i}.crossattention.{hf_name}.{kind}"].grad
                 g = getattr(getattr(layer.cross_attn, ours_name), kind).grad
                 assert (g - g_ref).abs().max() <= 1e-4 * g_ref.abs().max(), (i, ours_name, kind)
+        if path == "plain":  # over one key the softmax is 1: q and k get no gradient, here or in the reference
+            assert layer.cross_attn.q.weight.grad.abs().max() < 1e-6 and layer.cross_attn.k.weight.grad.abs().max() < 1e-6
 
 
 # ---------------------------------------------------------------- tying and the bottleneck
@@ -89,6 +99,11 @@ def test_loss_and_gradients_equal_sentence_transformers(minilm_path, sts_sentenc
 @pytest.fixture
 def tiny_objective(tiny_model_dir):
     return TSDAELoss(SentenceEncoder.from_pretrained(tiny_model_dir, pooling="cls"))
+
+
+@pytest.fixture(params=["plain", "fast"])
+def tiny_objective_on_path(request, tiny_objective):
+    return tiny_objective if request.param == "plain" else fast.tsdae(tiny_objective)
 
 
 def test_tied_weights_are_one_tensor(tiny_objective):
@@ -104,32 +119,6 @@ def test_tied_weights_are_one_tensor(tiny_objective):
     assert all(".cross_attn" in n or "lm_head." in n for n in own) and own
 
 
-def test_sentence_vector_attention_equals_general_attention_over_one_key(tiny_model_dir):
-    """Our shortcut = MultiHeadAttention with the sentence vector as the only key/value, whatever Q and K;
-    in training mode with the same dropout applied to the attention probabilities."""
-    from model import MultiHeadAttention, SentenceVectorAttention, attention_reference, load_bert
-
-    cfg = dataclasses.replace(load_bert(tiny_model_dir).cfg, attention_probs_dropout_prob=0.1)
-    ours, general = SentenceVectorAttention(cfg), MultiHeadAttention(cfg)
-    general.v.load_state_dict(ours.v.state_dict())
-    general.out.load_state_dict(ours.out.state_dict())
-    x, s = torch.randn(3, 9, cfg.hidden_size), torch.randn(3, 1, cfg.hidden_size)
-    torch.testing.assert_close(ours.eval()(x, s), general.eval()(x, memory=s))
-
-    ours.train()
-    torch.manual_seed(1)
-    y = ours(x, s)
-    torch.manual_seed(1)
-    B, L, h = 3, 9, cfg.num_attention_heads
-    keep = F.dropout(torch.ones(B, L, h), ours.dropout_p, True).transpose(1, 2)[..., None]  # (B, h, L, 1)
-    q, k, v = (general.split_heads(f(t)) for f, t in [(general.q, x), (general.k, s), (general.v, s)])
-    probs = (q @ k.transpose(-2, -1)).softmax(-1) * keep  # (B, h, L, 1): 1, dropped or scaled
-    assert ours.dropout_p > 0 and (keep == 0).any()
-    expected = general.out((probs @ v).transpose(1, 2).reshape(B, L, -1))
-    torch.testing.assert_close(y, expected)
-    torch.testing.assert_close(attention_reference(q, k, v), v.expand_as(q))  # softmax over one key is 1
-
-
 def test_untied_decoder_is_a_separate_copy(tiny_model_dir):
     obj = TSDAELoss(SentenceEncoder.from_pretrained(tiny_model_dir), tie=False)
     assert obj.decoder.embeddings.word.weight is not obj.encoder.bert.embeddings.word.weight
@@ -138,68 +127,21 @@ def test_untied_decoder_is_a_separate_copy(tiny_model_dir):
 
 def test_a_step_changes_encoder_and_decoder_together(tiny_objective, small_corpus):
     sentences = data.read_corpus(small_corpus)
-    ds = data.DenoisingDataset(sentences, tiny_objective.encoder.tokenizer, 64)
+    ds = tsdae.DenoisingDataset(sentences, tiny_objective.encoder.tokenizer, 64)
     w = tiny_objective.decoder.layers[0].ffn.up.weight
     before = w.detach().clone()
     opt = torch.optim.SGD(tiny_objective.parameters(), lr=1.0)
-    tiny_objective(data.collate_pairs([ds[(0, i)] for i in range(8)])).backward()
+    tiny_objective(tsdae.collate_pairs([ds[(0, i)] for i in range(8)])).backward()
     opt.step()
     assert not torch.equal(w, before)
     assert torch.equal(tiny_objective.encoder.bert.layers[0].ffn.up.weight, w)
 
 
-def test_word_matrix_gradient_is_summed_without_vocabulary_sized_temporaries(tiny_objective, small_corpus):
-    """E has three uses (two lookups, the projection). Sparse lookups + model.GradientLast give the same
-    gradient as dense lookups, without the (V, d) zero-fills and copies those make."""
-    from torch.profiler import profile
-
-    obj = tiny_objective
-    ds = data.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
-    batch = data.collate_pairs([ds[(0, i)] for i in range(8)])
-    E = obj.decoder.embeddings.word.weight
-    grads, temporaries = [], []
-    for sparse in (True, False):
-        obj.decoder.embeddings.sparse_word_grad = sparse
-        E.grad = None
-        with profile(record_shapes=True) as prof:
-            obj(batch).backward()
-        grads.append(E.grad)
-        temporaries.append([e.name for e in prof.events() if e.name in ("aten::fill_", "aten::copy_")
-                            and e.input_shapes and list(e.input_shapes[0]) == list(E.shape)])
-    assert grads[0].layout == torch.strided  # AdamW needs a dense gradient
-    torch.testing.assert_close(grads[0], grads[1])
-    assert temporaries[0] == [] and temporaries[1], temporaries  # dense lookups: one zero-fill each
-
-
-def test_vocabulary_cross_entropy_equals_the_plain_formula():
-    """Loss and all three gradients against F.cross_entropy(F.linear(h, E, b)), in float64, over a vocabulary
-    of several chunks (the last one partial) and with an upstream gradient other than 1."""
-    g = torch.Generator().manual_seed(0)
-    T, V, d = 7, 2 * tsdae.VocabularyCrossEntropy.VOCAB_CHUNK + 77, 16
-    leaves = [torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True) for shape in ((T, d), (V, d), (V,))]
-    y = torch.randint(V, (T,), generator=g)
-    y[1] = y[0]  # a repeated label
-
-    def fused(h, E, b):
-        return tsdae.VocabularyCrossEntropy.apply(h, E, b, y)
-
-    def plain(h, E, b):
-        return F.cross_entropy(F.linear(h, E, b), y, reduction="sum")
-
-    results = []
-    for loss_fn in (fused, plain):
-        loss = loss_fn(*leaves)
-        grads = torch.autograd.grad(loss * 0.37, leaves)
-        results.append((loss, *grads))
-    for ours, ref in zip(*results):
-        torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-12)
-
-
-def test_decoder_sees_only_the_cls_vector(tiny_objective, small_corpus):
+def test_decoder_sees_only_the_cls_vector(tiny_objective_on_path, small_corpus):
     """Change every encoder output except position 0: with CLS pooling the logits must not move."""
-    obj = tiny_objective.eval()
-    ds = data.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
-    batch = data.collate_pairs([ds[(0, i)] for i in range(4)])
+    obj = tiny_objective_on_path.eval()
+    ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
+    batch = tsdae.collate_pairs([ds[(0, i)] for i in range(4)])
     losses = []
     for scramble in (False, True):
         def hook(module, inputs, output):
@@ -215,10 +157,10 @@ def test_decoder_sees_only_the_cls_vector(tiny_objective, small_corpus):
     assert losses[0].item() == losses[1].item()
 
 
-def test_logits_only_at_label_positions_match_full_computation(tiny_objective, small_corpus):
-    obj = tiny_objective.eval()
-    ds = data.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
-    b = data.collate_pairs([ds[(0, i)] for i in range(6)])
+def test_loss_is_the_cross_entropy_over_real_label_tokens(tiny_objective_on_path, small_corpus):
+    obj = tiny_objective_on_path.eval()
+    ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
+    b = tsdae.collate_pairs([ds[(0, i)] for i in range(6)])
     with torch.no_grad():
         loss = obj(b)
         states = obj.decoder(b["original_ids"][:, :-1], obj.encoder(b["damaged_ids"], b["damaged_mask"]))
@@ -237,7 +179,7 @@ def test_logits_only_at_label_positions_match_full_computation(tiny_objective, s
 
 @pytest.fixture(scope="module")
 def tokenizer(minilm_path):
-    return data.load_tokenizer(minilm_path)
+    return load_tokenizer(minilm_path)
 
 
 def test_deletion_removes_60_percent_and_never_everything(tokenizer, sts_sentences):
@@ -245,19 +187,19 @@ def test_deletion_removes_60_percent_and_never_everything(tokenizer, sts_sentenc
     deleted = total = 0
     for rep in range(30):
         for s in sts_sentences:
-            _, words, _ = data.words_of(tokenizer, s)
-            kept = data.delete_words(words, 0.6, rng)
+            _, words, _ = tsdae.words_of(tokenizer, s)
+            kept = tsdae.delete_words(words, 0.6, rng)
             assert 1 <= len(kept) <= len(words)
             assert all(w in words for w in kept)
             if len(words) >= 5:  # short sentences are skewed by the keep-one rule
                 deleted += len(words) - len(kept)
                 total += len(words)
     assert abs(deleted / total - 0.6) <= 0.02
-    assert data.delete_words([[7]], 0.99, rng) == [[7]]  # a one-word sentence survives
+    assert tsdae.delete_words([[7]], 0.99, rng) == [[7]]  # a one-word sentence survives
 
 
 def test_words_are_the_tokenizers_words(tokenizer):
-    head, words, tail = data.words_of(tokenizer, "Unbelievably, it works!")
+    head, words, tail = tsdae.words_of(tokenizer, "Unbelievably, it works!")
     assert head == [101] and tail == [102]
     assert [tokenizer.decode(w) for w in words] == ["unbelievably", ",", "it", "works", "!"]
     assert len(words[0]) > 1  # a word of several WordPieces is one unit for the noise
@@ -266,20 +208,20 @@ def test_words_are_the_tokenizers_words(tokenizer):
 def test_other_noise_types_do_what_their_names_say(tokenizer):
     rng = random.Random(1)
     words = [[i] for i in range(1000, 1040)]
-    swapped = data.swap_words(words, 0.5, rng)
+    swapped = tsdae.swap_words(words, 0.5, rng)
     assert sorted(swapped) == words and swapped != words
-    masked = data.mask_words(words, 0.5, rng, mask_id=103)
+    masked = tsdae.mask_words(words, 0.5, rng, mask_id=103)
     assert all(m == w or m == [103] for m, w in zip(masked, words)) and 5 < sum(m == [103] for m in masked) < 35
-    vocab = data.ordinary_token_ids(tokenizer)
-    replaced = data.replace_words(words, 0.5, rng, vocab=vocab)
+    vocab = tsdae.ordinary_token_ids(tokenizer)
+    replaced = tsdae.replace_words(words, 0.5, rng, vocab=vocab)
     assert len(replaced) == len(words) and 5 < sum(r != w for r, w in zip(replaced, words)) < 35
-    added = data.add_words(words, 0.5, rng, vocab=vocab)
+    added = tsdae.add_words(words, 0.5, rng, vocab=vocab)
     assert [w for w in added if w in words] == words and 45 < len(added) < 75
     assert 100 not in vocab and 0 not in vocab  # [UNK], [PAD] are never inserted
 
 
 def test_noise_is_fresh_each_epoch_and_repeatable(tokenizer, sts_sentences):
-    ds = data.DenoisingDataset(sts_sentences, tokenizer, 75, seed=3)
+    ds = tsdae.DenoisingDataset(sts_sentences, tokenizer, 75, seed=3)
     assert [ds[(0, i)] for i in range(20)] == [ds[(0, i)] for i in range(20)]
     assert [ds[(0, i)][0] for i in range(20)] != [ds[(1, i)][0] for i in range(20)]
 
@@ -308,15 +250,16 @@ def test_resume_continues_the_same_loss_sequence(tiny_model_dir, small_corpus, t
     tsdae.main(common + ["--out", str(tmp_path / "b"), "--steps", "6"])  # crosses an epoch boundary (4 steps/epoch)
     tsdae.main(common + ["--out", str(tmp_path / "b"), "--steps", "10", "--resume"])
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
-    tsdae.main(common + ["--out", str(tmp_path / "b"), "--steps", "3"])  # a fresh run into the same folder
+    tsdae.main(common + ["--out", str(tmp_path / "b"), "--steps", "3", "--overwrite"])  # a fresh run, same folder
     assert losses(tmp_path / "b") == losses(tmp_path / "a")[:3]  # starts a fresh log
-    result = run(*common, "--out", tmp_path / "b", "--steps", "5", "--resume", "--untie")  # other settings
-    assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert "does not fit this run's settings" in result.stderr.strip().splitlines()[-1]
+    for other_settings in (["--untie"], ["--plain"]):  # --plain: the plain decoder has cross-attention Q and K
+        result = run(*common, "--out", tmp_path / "b", "--steps", "5", "--resume", *other_settings)
+        assert result.returncode != 0 and "Traceback" not in result.stderr
+        assert "does not fit this run's settings" in result.stderr.strip().splitlines()[-1]
 
 
 def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
-    real_forward = TSDAELoss.forward
+    real_forward = fast.TSDAELoss.forward  # the command line's default path
     calls = {"n": 0}
 
     def forward(self, batch):
@@ -324,18 +267,17 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_model_dir, small_corpus, 
         loss = real_forward(self, batch)
         return loss * float("nan") if calls["n"] == 5 else loss
 
-    monkeypatch.setattr(TSDAELoss, "forward", forward)
+    monkeypatch.setattr(fast.TSDAELoss, "forward", forward)
     with pytest.raises(TrainingStopped, match="loss became nan at step 5"):
         tsdae.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
                     "--steps", "10", "--save-every", "2"])
-    state = torch.load(tmp_path / "checkpoint" / "training_state.pt", weights_only=False)
-    assert state["progress"]["step"] == 4
+    assert train.read_progress(tmp_path / "checkpoint")["step"] == 4
     SentenceEncoder.from_pretrained(tmp_path / "checkpoint" / "encoder")  # a loadable model
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
-def test_ctrl_c_or_sigterm_saves_a_checkpoint(how, tiny_model_dir, small_corpus, tmp_path, monkeypatch):
-    real_forward = TSDAELoss.forward
+def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_the_model(how, tiny_model_dir, small_corpus, tmp_path, monkeypatch):
+    real_forward = fast.TSDAELoss.forward
     calls = {"n": 0}
 
     def forward(self, batch):
@@ -347,12 +289,14 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint(how, tiny_model_dir, small_corpus,
                 raise KeyboardInterrupt
         return real_forward(self, batch)
 
-    monkeypatch.setattr(TSDAELoss, "forward", forward)
+    monkeypatch.setattr(fast.TSDAELoss, "forward", forward)
     with pytest.raises(SystemExit):
         tsdae.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
                     "--steps", "10", "--save-every", "0"])
-    state = torch.load(tmp_path / "checkpoint" / "training_state.pt", weights_only=False)
-    assert state["progress"]["step"] == 3
+    assert train.read_progress(tmp_path / "checkpoint")["step"] == 3
+    saved = SentenceEncoder.from_pretrained(tmp_path / "model").bert.state_dict()
+    for name, tensor in SentenceEncoder.from_pretrained(tmp_path / "checkpoint" / "encoder").bert.state_dict().items():
+        assert torch.equal(saved[name], tensor), name  # OUT/model is the interrupted run's encoder
 
 
 @pytest.mark.parametrize("content, message", [

@@ -1,0 +1,252 @@
+"""Every speed-up of this repository, each a drop-in replacement of one named plain piece.
+
+The plain code (model.py, tsdae.py, consert.py) is the one to learn from. The command lines run the pieces
+below by default; `--plain` runs the plain code. tests/test_fast.py shows that each piece gives the numbers
+of the plain one it replaces, on the real MiniLM weights; `python bench/ab.py` measures what each one buys,
+alternating both versions step by step in one process (figures below: 2-core CPU, MiniLM, batch 8).
+
+  piece                     replaces                                          what it saves
+  PackedBert                model.Bert                                        the encoder's work on padding
+  SentenceVectorAttention   a TSDAE decoder layer's cross_attn                Q and K, and V/out at every position
+  TSDAELoss                 tsdae.TSDAELoss                                   the LM head at padding, 3 of 4
+                            (VocabularyCrossEntropy, GradientLast)            vocabulary-sized tensors
+Put together by: tsdae(objective), consert(objective), sentence_encoder(encoder).
+
+Speed-ups that are one argument of a PyTorch call stay in the plain code as one commented line: the fused
+attention kernel on CUDA (model.MultiHeadAttention.heads), the fused AdamW kernel (train.make_optimizer).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import model
+import train
+
+# ----------------------------------------------------------------------------
+# Packing: the encoder computes the real tokens only
+
+
+@dataclass
+class Packing:
+    """Where the N real tokens of a padded (B, L) batch sit. Every layer but attention works on one position
+    at a time, so those layers can run on the real tokens alone, packed into (N, d)."""
+
+    index: torch.Tensor  # (N,) flat positions b * L + t of the real tokens
+    B: int
+    L: int
+
+    @classmethod
+    def of(cls, attention_mask: torch.Tensor) -> Packing:
+        B, L = attention_mask.shape
+        return cls(attention_mask.reshape(-1).nonzero().squeeze(1), B, L)
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(self.B * self.L, -1).index_select(0, self.index)  # (B, L, d) -> (N, d)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        padded = x.new_zeros(self.B * self.L, x.shape[-1]).index_copy(0, self.index, x)  # zeros at padding
+        return padded.view(self.B, self.L, -1)  # (N, d) -> (B, L, d)
+
+
+class PackedBert(nn.Module):
+    """Replaces model.Bert (built from one: the very same embeddings and layers, not copies).
+
+    Equal: the projections, feed-forward blocks, LayerNorms and residuals act on each position alone, so
+    computing them on the packed real tokens gives the same real-token states; only attention needs the
+    sentences, so q, k and v are laid out as (B, L, d) for it. Real-token states equal model.Bert's; padding
+    states are 0 (model.Bert's are meaningless there; pooling skips them).
+    Gain: TSDAE step x0.97, `encode` x0.89, ConSERT step (random batches) x0.85 (bench/ab.py).
+    """
+
+    def __init__(self, bert: model.Bert):
+        super().__init__()
+        self.cfg, self.embeddings, self.layers, self.mlm_head = bert.cfg, bert.embeddings, bert.layers, bert.mlm_head
+        self.train(bert.training)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None,
+                embedding_hook: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                all_layers: bool = False) -> torch.Tensor | list[torch.Tensor]:
+        """The signature and results of model.Bert.forward."""
+        x = self.embeddings(input_ids, position_ids)  # (B, L, d)
+        if embedding_hook is not None:
+            x = embedding_hook(x)
+        mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L)
+        packing = Packing.of(attention_mask)
+        h = packing.pack(x)  # (N, d): the real tokens only
+        states = [x]
+        for layer in self.layers:
+            h = self.packed_layer(layer, h, mask, packing)
+            if all_layers:
+                states.append(packing.unpack(h))
+        return states if all_layers else packing.unpack(h)  # (B, L, d), zeros at padding
+
+    @staticmethod
+    def packed_layer(layer: model.EncoderLayer, h: torch.Tensor, mask: torch.Tensor, packing: Packing) -> torch.Tensor:
+        """model.EncoderLayer.forward on packed rows h (N, d)."""
+        attn = layer.attn
+        q, k, v = packing.unpack(attn.q(h)), packing.unpack(attn.k(h)), packing.unpack(attn.v(h))  # (B, L, d)
+        a = attn.out(packing.pack(attn.heads(q, k, v, mask)))  # (N, d)
+        h = layer.attn_norm(h + layer.dropout(a))
+        return layer.ffn_norm(h + layer.dropout(layer.ffn(h)))  # (N, d)
+
+
+# ----------------------------------------------------------------------------
+# TSDAE's cross-attention over one vector
+
+
+class SentenceVectorAttention(nn.Module):
+    """Replaces a TSDAE decoder layer's `cross_attn` (model.MultiHeadAttention with a memory of length 1).
+
+    Equal: over a single key, softmax(Q K^T / sqrt(dh)) = 1 whatever Q and K are, so every position of every
+    head receives that head's value of the sentence vector s. The Q and K projections change nothing (their
+    gradient is exactly 0) and are left out; V and the output projection run once per sentence, not per token.
+    Attention dropout still drops each (position, head) weight, as in the plain version.
+    Built from the plain module: its v and out are the same Parameters. Gain: TSDAE step x0.94 (bench/ab.py).
+    """
+
+    def __init__(self, attn: model.MultiHeadAttention):
+        super().__init__()
+        self.n_heads, self.dropout_p, self.v, self.out = attn.n_heads, attn.dropout_p, attn.v, attn.out
+        self.train(attn.training)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, memory: torch.Tensor | None = None) -> torch.Tensor:
+        B, L, d = x.shape  # x only sets the shape: the attention weights do not depend on the queries
+        assert memory is not None and memory.shape == (B, 1, d), "the memory is one vector per sentence"
+        h = self.n_heads
+        value = self.v(memory).view(B, h, d // h)  # (B, h, dh): each head's value of s
+        # out(concat_h y_h) = sum_h W_out[:, h] y_h + b: project each head's value once per sentence
+        per_head = torch.einsum("ehk,bhk->bhe", self.out.weight.view(d, h, d // h), value)  # (B, h, d)
+        # the attention probability (1) of each position and head, with BERT's dropout on probabilities
+        probs = F.dropout(x.new_ones(B, L, h), self.dropout_p, self.training)  # (B, L, h)
+        return probs @ per_head + self.out.bias  # (B, L, d)
+
+
+# ----------------------------------------------------------------------------
+# TSDAE's loss: the vocabulary projection without vocabulary-sized temporaries
+
+
+class VocabularyCrossEntropy(torch.autograd.Function):
+    """sum_t -log softmax(h_t E^T + b)[y_t]: the decoder's vocabulary projection and its loss in one step.
+
+    The same numbers as F.cross_entropy(F.linear(h, E, b), y, reduction="sum"), computed with a single
+    (T, V) tensor: autograd would keep the logits and the log-probabilities and make two more (T, V)
+    gradients. Here the backward turns the saved log-probabilities into d loss / d logits = softmax - onehot(y)
+    in place. Its gradient of E is a fresh (V, d) tensor, which GradientLast needs.
+    """
+
+    VOCAB_CHUNK = 1024  # on CPU, MKL runs the projection faster as (T, d) x (d, 1024) pieces than in one piece
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, E: torch.Tensor, b: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """h (T, d) decoder states at the label positions, E (V, d) word embeddings, b (V,), y (T,) labels."""
+        h = h.to(torch.promote_types(h.dtype, torch.float32))  # projection and softmax in float32 at least
+        logits = h.new_empty(len(h), len(E))  # (T, V)
+        for i in range(0, len(E), VocabularyCrossEntropy.VOCAB_CHUNK):
+            v = slice(i, i + VocabularyCrossEntropy.VOCAB_CHUNK)
+            torch.addmm(b[v], h, E[v].T, out=logits[:, v])  # (T, chunk) = h E_v^T + b_v
+        log_probs = torch.log_softmax(logits, -1, out=logits)  # (T, V), in place: no second (T, V) tensor
+        ctx.save_for_backward(h, E, log_probs, y)
+        return -log_probs.gather(1, y[:, None]).sum()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        h, E, log_probs, y = ctx.saved_tensors
+        d_logits = log_probs.exp_()  # (T, V): softmax, in place of the log-probabilities
+        d_logits[torch.arange(len(y), device=y.device), y] -= 1  # softmax - onehot(y)
+        # the loss's scalar gradient multiplies the small factors, never the (T, V) one
+        return (d_logits @ E) * grad, d_logits.T @ (h * grad), d_logits.sum(0) * grad, None  # (T, d), (V, d), (V,)
+
+
+class GradientLast(torch.autograd.Function):
+    """y = x, but autograd delivers this use's gradient of x after all the others.
+
+    TSDAE uses the word-embedding matrix E (V x d, 47 MB for BERT) three times: the encoder's lookup, the
+    decoder's lookup and the vocabulary projection. A plain lookup's backward builds a dense (V, d) gradient
+    (a 47 MB zero-fill, then an add), although only the rows of the batch's tokens are non-zero. TSDAELoss
+    instead makes the lookups sparse (SparseGradLookup) and reads E for the projection through
+    this identity, created before both lookups. Of the backward steps that are ready, autograd runs the one
+    created last first, so this one runs after the lookups'; autograd adds sparse rows into a dense gradient
+    in place only when the dense one comes last. (x.view_as(x) alone is not enough: its backward hands on a
+    view, which autograd never adds into in place.)
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+class SparseGradLookup(nn.Module):
+    """Replaces the word-embedding lookup (model.Embeddings.word, an nn.Embedding) with the same weight: the same
+    vectors, but the backward gives only the rows of the batch's tokens (a sparse gradient; see GradientLast).
+    Not an nn.Embedding: DDP would then expect the weight's whole gradient to be sparse, and it is dense."""
+
+    def __init__(self, embedding: nn.Embedding):
+        super().__init__()
+        self.weight, self.padding_idx, self.sparse = embedding.weight, embedding.padding_idx, True
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(input_ids, self.weight, self.padding_idx, sparse=self.sparse)
+
+
+class TSDAELoss(nn.Module):
+    """Replaces tsdae.TSDAELoss (built from one: the same encoder, decoder and parameters).
+
+    Equal: the same loss and gradients (tests/test_fast.py); three changes, all in how, not what:
+      1. the LM head runs only where there is a label, not on padding (the plain loss multiplies those by 0);
+      2. VocabularyCrossEntropy: one (T, V) tensor where autograd makes four;
+      3. sparse word-embedding lookups + GradientLast: no 47 MB zero-fill and copy per lookup.
+    Gain: TSDAE step x0.80 together (bench/ab.py).
+    """
+
+    def __init__(self, plain: nn.Module):
+        super().__init__()
+        self.encoder, self.decoder, self.normalisation = plain.encoder, plain.decoder, plain.normalisation
+        self.decoder.embeddings.word = SparseGradLookup(self.decoder.embeddings.word)  # tied: the encoder's too
+        self.train(plain.training)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        # the vocabulary projection's E, taken before any lookup so that its dense gradient comes last
+        word_embeddings = GradientLast.apply(self.decoder.embeddings.word.weight)  # (V, d)
+        sentence_vec = self.encoder(batch["damaged_ids"], batch["damaged_mask"])  # (B, d)
+        original, mask = batch["original_ids"], batch["original_mask"]
+        decoder_input, labels = original[:, :-1], original[:, 1:]  # (B, L-1) each
+        is_label = mask[:, 1:].bool()  # (B, L-1)
+        states = self.decoder(decoder_input, sentence_vec)  # (B, L-1, d)
+        head = self.decoder.lm_head
+        h = head.transform(states[is_label])  # (T, d), T = real label tokens in the batch
+        total = VocabularyCrossEntropy.apply(h, word_embeddings, head.bias, labels[is_label])  # sum over T
+        count = is_label.sum() if self.normalisation == "tokens" else torch.tensor(len(original), device=total.device)
+        return train.global_mean(total, count)
+
+
+# ----------------------------------------------------------------------------
+# Putting them in
+
+
+def sentence_encoder(encoder: model.SentenceEncoder) -> model.SentenceEncoder:
+    """The encoder with PackedBert, in place (same parameters). For `encode` and ConSERT."""
+    encoder.bert = PackedBert(encoder.bert)
+    return encoder
+
+
+def tsdae(objective: nn.Module) -> TSDAELoss:
+    """The fast version of a tsdae.TSDAELoss, sharing its parameters (the plain one's modules are changed too)."""
+    sentence_encoder(objective.encoder)
+    for layer in objective.decoder.layers:
+        layer.cross_attn = SentenceVectorAttention(layer.cross_attn)
+    return TSDAELoss(objective)
+
+
+def consert(objective: nn.Module) -> nn.Module:
+    """The fast version of a consert.ConSERTLoss: its encoder with PackedBert."""
+    sentence_encoder(objective.encoder)
+    return objective

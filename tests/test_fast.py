@@ -1,0 +1,159 @@
+"""fast.py: each speed-up gives the numbers of the plain piece it replaces, on the real MiniLM weights."""
+import copy
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import consert
+import data
+import fast
+import tsdae
+from model import MultiHeadAttention, SentenceEncoder, attention, load_bert
+
+
+def assert_same_gradients(plain: torch.nn.Module, quick: torch.nn.Module, tolerance: float = 1e-5) -> None:
+    """Every parameter of the fast objective has the plain one's gradient (names match; the fast path may
+    have fewer parameters, never others)."""
+    plain_grads = {name: p.grad for name, p in plain.named_parameters()}
+    for name, p in quick.named_parameters():
+        g = plain_grads[name]
+        assert p.grad is not None and g is not None, name
+        scale = max(g.abs().max().item(), 1e-3)
+        assert (p.grad.to_dense() - g).abs().max().item() <= tolerance * scale, name
+
+
+@pytest.fixture(scope="module")
+def pairs_batch(minilm_path, sts_sentences) -> dict[str, torch.Tensor]:
+    tokenizer = SentenceEncoder.from_pretrained(minilm_path).tokenizer
+    dataset = tsdae.DenoisingDataset(sts_sentences[:12], tokenizer, 75)
+    batch = tsdae.collate_pairs([dataset[(0, i)] for i in range(12)])
+    assert (batch["original_mask"] == 0).any() and (batch["damaged_mask"] == 0).any()  # padding on both sides
+    return batch
+
+
+@pytest.mark.parametrize("tie, normalisation", [(True, "tokens"), (True, "sentence"), (False, "tokens")])
+def test_tsdae_fast_equals_plain_loss_and_gradients(minilm_path, pairs_batch, tie, normalisation):
+    plain = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(minilm_path, pooling="cls", max_length=75), tie=tie,
+                            normalisation=normalisation).eval()  # eval: dropout off, so both draw nothing
+    quick = fast.tsdae(copy.deepcopy(plain))  # the same weights, tied the same way
+    assert isinstance(quick.encoder.bert, fast.PackedBert) and not hasattr(quick.decoder.layers[0].cross_attn, "q")
+    losses = []
+    for objective in (plain, quick):
+        loss = objective(pairs_batch)
+        loss.backward()
+        losses.append(loss.item())
+    assert abs(losses[0] - losses[1]) <= 1e-5 * abs(losses[0])
+    assert_same_gradients(plain, quick)
+    cross = plain.decoder.layers[0].cross_attn  # what the fast path leaves out has no gradient to give
+    assert cross.q.weight.grad.abs().max() < 1e-6 and cross.k.weight.grad.abs().max() < 1e-6
+
+
+@pytest.mark.parametrize("views", [(("feature_cutoff", 0.2), ("shuffle", 0.0)), (("token_cutoff", 0.1), ("adversarial", 0.0))])
+def test_consert_fast_equals_plain_loss_and_gradients(minilm_path, sts_sentences, views):
+    encoder = SentenceEncoder.from_pretrained(minilm_path, pooling="mean", max_length=64)
+    consert.switch_off_dropout(encoder)
+    plain = consert.ConSERTLoss(encoder, views, adv_norm=1e-2)
+    quick = fast.consert(copy.deepcopy(plain))
+    ids, mask = data.pad(data.tokenize(encoder.tokenizer, sts_sentences[:10], 64), pad_id=0)  # unbucketed: padding
+    losses = []
+    for objective in (plain, quick):
+        torch.manual_seed(3)  # the views draw the same random numbers on both paths
+        loss = objective({"input_ids": ids, "attention_mask": mask})
+        loss.backward()
+        losses.append(loss.item())
+    assert abs(losses[0] - losses[1]) <= 1e-5 * abs(losses[0])
+    assert_same_gradients(plain, quick)
+
+
+def test_encode_fast_equals_plain(minilm_path, sts_sentences):
+    encoder = SentenceEncoder.from_pretrained(minilm_path)
+    plain = encoder.encode(sts_sentences, batch_size=16)
+    quick = fast.sentence_encoder(encoder).encode(sts_sentences, batch_size=16)
+    torch.testing.assert_close(quick, plain, atol=1e-5, rtol=1e-5)
+
+
+def test_packed_bert_gives_zeros_at_padding_and_all_layers(minilm_path, sts_sentences):
+    bert = load_bert(minilm_path).eval()
+    ids, mask = data.pad(data.tokenize(SentenceEncoder.from_pretrained(minilm_path).tokenizer, sts_sentences[:6], 64), 0)
+    with torch.no_grad():
+        plain, packed = bert(ids, mask, all_layers=True), fast.PackedBert(bert)(ids, mask, all_layers=True)
+    assert len(plain) == len(packed) == bert.cfg.num_hidden_layers + 1
+    real = mask.bool()
+    for a, b in zip(plain, packed):
+        torch.testing.assert_close(b[real], a[real], atol=1e-5, rtol=1e-5)
+    assert (packed[-1][~real] == 0).all()
+
+
+def test_sentence_vector_attention_equals_general_attention_over_one_key(tiny_model_dir):
+    """SentenceVectorAttention = the MultiHeadAttention it replaces, with the sentence vector as the only key and
+    value, whatever Q and K are; in training mode with the same dropout applied to the attention probabilities."""
+    cfg = dataclasses.replace(load_bert(tiny_model_dir).cfg, attention_probs_dropout_prob=0.1)
+    general = MultiHeadAttention(cfg)
+    ours = fast.SentenceVectorAttention(general)
+    assert ours.v is general.v and ours.out is general.out  # the same Parameters, not copies
+    x, s = torch.randn(3, 9, cfg.hidden_size), torch.randn(3, 1, cfg.hidden_size)
+    torch.testing.assert_close(ours.eval()(x, memory=s), general.eval()(x, memory=s))
+
+    ours.train()
+    torch.manual_seed(1)
+    y = ours(x, memory=s)
+    torch.manual_seed(1)
+    B, L, h = 3, 9, cfg.num_attention_heads
+    keep = F.dropout(torch.ones(B, L, h), ours.dropout_p, True).transpose(1, 2)[..., None]  # (B, h, L, 1)
+    split = lambda t: t.view(B, t.shape[1], h, -1).transpose(1, 2)  # (B, h, L, dh)
+    q, k, v = split(general.q(x)), split(general.k(s)), split(general.v(s))
+    probs = (q @ k.transpose(-2, -1)).softmax(-1) * keep  # (B, h, L, 1): 1, dropped or scaled
+    assert ours.dropout_p > 0 and (keep == 0).any()
+    expected = general.out((probs @ v).transpose(1, 2).reshape(B, L, -1))
+    torch.testing.assert_close(y, expected)
+    torch.testing.assert_close(attention(q, k, v), v.expand_as(q))  # softmax over one key is 1
+
+
+def test_vocabulary_cross_entropy_equals_the_plain_formula():
+    """Loss and all three gradients against F.cross_entropy(F.linear(h, E, b)), in float64, over a vocabulary
+    of several chunks (the last one partial) and with an upstream gradient other than 1."""
+    g = torch.Generator().manual_seed(0)
+    T, V, d = 7, 2 * fast.VocabularyCrossEntropy.VOCAB_CHUNK + 77, 16
+    leaves = [torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True) for shape in ((T, d), (V, d), (V,))]
+    y = torch.randint(V, (T,), generator=g)
+    y[1] = y[0]  # a repeated label
+
+    def fused(h, E, b):
+        return fast.VocabularyCrossEntropy.apply(h, E, b, y)
+
+    def plain(h, E, b):
+        return F.cross_entropy(F.linear(h, E, b), y, reduction="sum")
+
+    results = []
+    for loss_fn in (fused, plain):
+        loss = loss_fn(*leaves)
+        grads = torch.autograd.grad(loss * 0.37, leaves)
+        results.append((loss, *grads))
+    for ours, ref in zip(*results):
+        torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_word_matrix_gradient_is_summed_without_vocabulary_sized_temporaries(tiny_model_dir, small_corpus):
+    """E has three uses (two lookups, the projection). Sparse lookups + GradientLast give the same gradient as
+    dense lookups, without the (V, d) zero-fills and copies those make."""
+    from torch.profiler import profile
+
+    obj = fast.tsdae(tsdae.TSDAELoss(SentenceEncoder.from_pretrained(tiny_model_dir, pooling="cls")))
+    ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
+    batch = tsdae.collate_pairs([ds[(0, i)] for i in range(8)])
+    word = obj.decoder.embeddings.word
+    assert obj.encoder.bert.embeddings.word is word  # tied: one module, both lookups sparse
+    grads, temporaries = [], []
+    for sparse in (True, False):
+        word.sparse = sparse
+        word.weight.grad = None
+        with profile(record_shapes=True) as prof:
+            obj(batch).backward()
+        grads.append(word.weight.grad)
+        temporaries.append([e.name for e in prof.events() if e.name in ("aten::fill_", "aten::copy_")
+                            and e.input_shapes and list(e.input_shapes[0]) == list(word.weight.shape)])
+    assert grads[0].layout == torch.strided  # AdamW needs a dense gradient
+    torch.testing.assert_close(grads[0], grads[1])
+    assert temporaries[0] == [] and temporaries[1], temporaries  # dense lookups: one zero-fill each
