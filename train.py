@@ -264,11 +264,16 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
         if main_process:
             save_training_state(ckpt, encoder, objective, optimizer, progress)
 
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
+    # Ctrl-C (SIGINT), and the SIGTERM of `kill`, `timeout` and batch schedulers: finish the step, save, stop.
+    # A second signal stops at once (still saving: mid-step, the weights are those of the last whole step).
+    stop_requested = []
 
-    # `kill`, `timeout` and batch schedulers send SIGTERM: save and stop exactly as on Ctrl-C
-    previous_handler = signal.signal(signal.SIGTERM, interrupt)
+    def request_stop(signum, frame):
+        if stop_requested:
+            raise KeyboardInterrupt
+        stop_requested.append(signum)
+
+    previous_handlers = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         while progress["step"] < s.steps and not progress["done"]:
             sampler.set_epoch(progress["epoch"], skip=progress["step_in_epoch"])
@@ -303,6 +308,8 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
                     log.flush()
                 if s.save_every and progress["step"] % s.save_every == 0:
                     save_checkpoint()
+                if stop_requested:
+                    raise KeyboardInterrupt
                 if progress["step"] >= s.steps or stop_early(s, progress):
                     break
             else:  # the epoch ran out
@@ -318,7 +325,8 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
                   f"continue with --resume", file=sys.stderr)
         raise SystemExit(130)
     finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
         shown.close()
         if log:
             log.close()
@@ -347,6 +355,13 @@ def stop_early(s: TrainSettings, progress: dict) -> bool:
 
 # ----------------------------------------------------------------------------
 # The command-line pieces both training scripts share
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with a one-line error: "tsdae.py: error: ... (see --help)" instead of the usage block first."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

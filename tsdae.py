@@ -50,6 +50,7 @@ def words_of(tokenizer: Tokenizer, sentence: str) -> tuple[list[int], list[list[
     return head, words, tail
 
 
+# Exercise 3 (ASSIGNMENTS.md)
 def delete_words(words: list[list[int]], ratio: float, rng: random.Random, **_) -> list[list[int]]:
     """Delete each word with probability `ratio`; at least one word always survives (the paper's noise)."""
     kept = [w for w in words if rng.random() >= ratio]
@@ -155,6 +156,7 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.cross_attn.apply(init_weights)
 
+    # Exercise 4 (ASSIGNMENTS.md)
     def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
         """x: (B, L, d) decoder states; memory: (B, 1, d), the sentence vector."""
         L = x.shape[1]
@@ -219,6 +221,7 @@ class TSDAELoss(nn.Module):
             encoder.bert.mlm_head = None  # the separate decoder has its own copy; the encoder never used it
         self.normalisation = normalisation
 
+    # Exercise 5 (ASSIGNMENTS.md)
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         # §3.1: the encoder reads the DAMAGED sentence and gives one vector per sentence
         sentence_vec = self.encoder(batch["damaged_ids"], batch["damaged_mask"])  # (B, d)
@@ -247,8 +250,8 @@ def make_loader(sentences: list[str], encoder: SentenceEncoder, args: argparse.N
                             args.seed, device, True, args.workers, rank, world)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+def make_parser() -> train.ArgumentParser:
+    p = train.ArgumentParser(
         description="Train a sentence encoder with TSDAE (arXiv:2104.06979) on unlabelled sentences, one per line.",
         formatter_class=train.HelpFormatter,
     )
@@ -274,6 +277,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-every", type=int, default=500, help="steps between evaluations (with --eval-data)")
     p.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
                    help="what to do with corpus lines that are not UTF-8")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = make_parser()
     args = p.parse_args(argv)
     train.check_arguments(p, args, positive=("lr",), at_least_one=("epochs", "steps", "batch_size", "eval_every"),
                           ratios=("noise_ratio",))

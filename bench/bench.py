@@ -8,16 +8,17 @@
 What is measured (each row of the table)
 ----------------------------------------
   TSDAE training   sentences/s of optimizer steps (batch 8, max length 75, AdamW lr 3e-5, grad clip 1.0).
-                   Ours: tsdae.TSDAELoss, length-bucketed batches (data.BucketBatchSampler), padding to a
-                   multiple of 8 on CUDA only (data.pad_multiple). Theirs: DenoisingAutoEncoderLoss(tie_encoder_decoder=True)
+                   Ours: tsdae.TSDAELoss made fast by fast.tsdae as `python tsdae.py` runs it (and, in the
+                   "plain" row, as `python tsdae.py --plain` runs it), length-bucketed batches
+                   (data.BucketBatchSampler), padding to a multiple of 8 on CUDA only (data.pad_multiple). Theirs: DenoisingAutoEncoderLoss(tie_encoder_decoder=True)
                    on a SentenceTransformer(Transformer(max_seq_length=75), Pooling('cls')), batches in random
                    order padded to the longest sentence, as the library's own loader would give them.
-                   Both get the SAME (damaged, original) token ids, built once here with data.DenoisingDataset
+                   Both get the SAME (damaged, original) token ids, built once here with tsdae.DenoisingDataset
                    (deletion, ratio 0.6, seed 0), and the timed steps see the same set of sentences.
                    The loss is the same: cross-entropy averaged over the batch's non-pad label tokens.
-  encode           sentences/s of SentenceEncoder.encode vs SentenceTransformer.encode (batch 64, the model's
-                   max length 256, tokenisation included), on the same sentences.
-  ConSERT training sentences/s of optimizer steps of our ConSERT objective (no reference to compare with).
+  encode           sentences/s of SentenceEncoder.encode (fast.sentence_encoder; plain) vs SentenceTransformer.encode
+                   (batch 64, the model's max length 256, tokenisation included), on the same sentences.
+  ConSERT training sentences/s of optimizer steps of our ConSERT objective, fast and plain (no reference).
   matmul peak      a large square matmul (fp32 unless --amp) timed in the same run with the same threads:
                    the denominator of "% of peak".
 
@@ -45,7 +46,7 @@ TSDAE decoder on the original sentence: m = n_original - 1 positions (= its labe
 self-attention is counted as the full m x m (what a fused kernel computes; the causal half would be
 m(m+1)/2); cross-attention over the one sentence vector needs only its V and out projections (2 d^2)
 and the mix of the h heads' projected values at each position (m h d): the softmax over one key is 1,
-so Q and K are not needed (model.SentenceVectorAttention); then the LM head: transform m d^2 and
+so Q and K are not needed (fast.SentenceVectorAttention); then the LM head: transform m d^2 and
 vocabulary projection m d V. Training = 3 x forward (backward costs two forward matmuls).
 encode = forward only. The same count is used for both systems (same data), so the GFLOP/s ratio
 equals the sentences/s ratio: the library does more arithmetic (on padding) but gets no credit for it.
@@ -54,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import importlib.util
 import json
 import os
@@ -74,7 +76,10 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import data  # noqa: E402
+import fast  # noqa: E402
 import model  # noqa: E402
+import train  # noqa: E402
+import tsdae  # noqa: E402
 
 TRAIN_BATCH, TRAIN_MAX_LENGTH, LR, GRAD_CLIP = 8, 75, 3e-5, 1.0
 ENCODE_BATCH = 64
@@ -89,7 +94,8 @@ def read_sts_train(data_dir: Path) -> list[str]:
     """Both sentences of every row of sts-train.csv (tab-separated, columns 5 and 6, no quoting), unique, in order."""
     path = Path(data_dir) / "stsbenchmark" / "sts-train.csv"
     if not path.exists():
-        sys.exit(f"error: {path} not found; pass --data-dir (the folder that holds stsbenchmark/) or set EVAL_DATA_DIR")
+        sys.exit(f"error: {path} not found; pass --data-dir (the folder that holds stsbenchmark/), set EVAL_DATA_DIR, "
+                 "or run python evaluate.py --fetch-data data")
     with open(path, encoding="utf-8", newline="") as f:
         rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     return list(dict.fromkeys(s.strip() for r in rows for s in (r[5], r[6]) if s.strip()))
@@ -262,8 +268,6 @@ def our_tsdae_batches(work: dict, encoder, device: torch.device):
     """Our batches exactly as `python tsdae.py` would make them (tsdae.make_loader with the CLI's defaults:
     length buckets, its padding, workers and pinned memory on CUDA), but over the prepared pairs, so the
     noise is not drawn inside the timed loop. Returns (batch order, loader factory)."""
-    import tsdae
-
     args = tsdae.parse_args(["--corpus", "unused", "--max-length", str(TRAIN_MAX_LENGTH)])
     reference = tsdae.make_loader(work["train_sentences"], encoder, args, device)
     order = reference.batch_sampler.batches(0)
@@ -292,17 +296,16 @@ def their_tsdae_batches(work: dict) -> tuple[list[list[int]], Callable]:
     return batches, collated
 
 
-def job_train_ours(spec: dict, work: dict, device: torch.device) -> dict:
-    from tsdae import TSDAELoss
-
+def job_train_ours(spec: dict, work: dict, device: torch.device, plain: bool = False) -> dict:
     torch.manual_seed(SEED)
     encoder = model.SentenceEncoder.from_pretrained(spec["model"], pooling="cls", max_length=TRAIN_MAX_LENGTH)
-    objective = TSDAELoss(encoder, tie=True).to(device).train()
-    settings = model.TrainSettings(out=Path("."), steps=1, lr=LR, compile=spec["compile"])
-    optimizer = model.make_optimizer(objective, settings, device)
-    step_fn = torch.compile(objective) if spec["compile"] else objective
+    objective = tsdae.TSDAELoss(encoder, tie=True)
+    if not plain:
+        objective = fast.tsdae(objective)
+    objective = objective.to(device).train()
+    optimizer = train.make_optimizer(objective, train.TrainSettings(out=Path("."), steps=1, lr=LR), device)
     order, loader = our_tsdae_batches(work, encoder, device)
-    loss_fn = lambda batch: step_fn(to_device(batch, device))
+    loss_fn = lambda batch: objective(to_device(batch, device))
     return timed_training(loss_fn, list(objective.parameters()), optimizer, loader(order[: spec["warmup"]] + order),
                           spec["warmup"], len(order), len(work["pairs"]), device, spec["amp"],
                           spec["profile"])
@@ -336,8 +339,10 @@ def timed_encode(encode, sentences: list[str], device: torch.device) -> dict:
     return {"seconds": time.perf_counter() - t0, "sentences": len(sentences), "dim": vectors.shape[1]}
 
 
-def job_encode_ours(spec: dict, work: dict, device: torch.device) -> dict:
+def job_encode_ours(spec: dict, work: dict, device: torch.device, plain: bool = False) -> dict:
     encoder = model.SentenceEncoder.from_pretrained(spec["model"]).to(device)
+    if not plain:
+        fast.sentence_encoder(encoder)
     return timed_encode(encoder.encode, work["encode_sentences"], device)
 
 
@@ -348,19 +353,22 @@ def job_encode_theirs(spec: dict, work: dict, device: torch.device) -> dict:
     return timed_encode(st.encode, work["encode_sentences"], device)
 
 
-def job_consert_ours(spec: dict, work: dict, device: torch.device) -> dict:
-    """Our ConSERT objective with consert.py's defaults for unlabelled sentences: views feature cutoff 0.2 and
-    token shuffle, temperature 0.1, encoder dropout off; batches of TRAIN_BATCH sentences, max length 75."""
+def job_consert_ours(spec: dict, work: dict, device: torch.device, plain: bool = False) -> dict:
+    """Our ConSERT objective with consert.py's defaults for unlabelled sentences (views feature cutoff 0.2 and
+    token shuffle, temperature 0.1, encoder dropout off, its batching); batches of TRAIN_BATCH, max length 75."""
     import consert
 
     torch.manual_seed(SEED)
     encoder = model.SentenceEncoder.from_pretrained(spec["model"], pooling="mean", max_length=TRAIN_MAX_LENGTH)
     consert.switch_off_dropout(encoder)
-    objective = consert.ConSERTLoss(encoder, (("feature_cutoff", 0.2), ("shuffle", 0.2))).to(device).train()
-    settings = model.TrainSettings(out=Path("."), steps=1, lr=LR)
-    optimizer = model.make_optimizer(objective, settings, device)
+    objective = consert.ConSERTLoss(encoder, (("feature_cutoff", 0.2), ("shuffle", 0.2)))
+    if not plain:
+        objective = fast.consert(objective)
+    objective = objective.to(device).train()
+    optimizer = train.make_optimizer(objective, train.TrainSettings(out=Path("."), steps=1, lr=LR), device)
     ids = work["consert_ids"]
-    order = data.BucketBatchSampler([len(s) for s in ids], TRAIN_BATCH, seed=SEED).batches(0)
+    bucketing = not consert.parse_args(["--corpus", "unused"]).no_bucketing
+    order = data.BucketBatchSampler([len(s) for s in ids], TRAIN_BATCH, seed=SEED, bucketing=bucketing).batches(0)
 
     def collated(batch_list):
         for b in batch_list:
@@ -372,9 +380,11 @@ def job_consert_ours(spec: dict, work: dict, device: torch.device) -> dict:
 
 JOBS = {
     "matmul": job_matmul,
-    "train_ours": job_train_ours, "train_theirs": job_train_theirs,
-    "encode_ours": job_encode_ours, "encode_theirs": job_encode_theirs,
-    "consert_ours": job_consert_ours,
+    "train_ours": job_train_ours, "train_plain": functools.partial(job_train_ours, plain=True),
+    "train_theirs": job_train_theirs,
+    "encode_ours": job_encode_ours, "encode_plain": functools.partial(job_encode_ours, plain=True),
+    "encode_theirs": job_encode_theirs,
+    "consert_ours": job_consert_ours, "consert_plain": functools.partial(job_consert_ours, plain=True),
 }
 
 
@@ -399,7 +409,7 @@ def prepare(args, tokenizer, sentences: list[str], n_train: int) -> dict:
     """The shared inputs, built once: TSDAE (damaged, original) pairs, sentences to encode, ConSERT ids."""
     rng = random.Random(SEED)
     picked = rng.sample(sentences, min(n_train, len(sentences)))
-    dataset = data.DenoisingDataset(picked, tokenizer, TRAIN_MAX_LENGTH, "delete", NOISE_RATIO, SEED)
+    dataset = tsdae.DenoisingDataset(picked, tokenizer, TRAIN_MAX_LENGTH, "delete", NOISE_RATIO, SEED)
     pairs = [dataset[(0, i)] for i in range(len(picked))]
     encode_sentences = random.Random(SEED + 1).sample(sentences, min(args.encode_sentences, len(sentences)))
     return {
@@ -420,7 +430,7 @@ def tokens_computed(work: dict, encoder) -> dict:
     order, loader = our_tsdae_batches(work, encoder, torch.device("cpu"))
     ours = dict.fromkeys(real, 0)
     for b in loader(order):
-        ours["encoder"] += int(b["damaged_mask"].sum())  # model.Packing: real tokens only
+        ours["encoder"] += int(b["damaged_mask"].sum())  # fast.PackedBert: real tokens only
         ours["decoder"] += b["original_ids"][:, 1:].numel()
         ours["lm_head"] += int(b["original_mask"][:, 1:].sum())  # TSDAELoss: label positions only
     batches, collated = their_tsdae_batches(work)
@@ -434,12 +444,9 @@ def tokens_computed(work: dict, encoder) -> dict:
 
 
 def child_env(threads: int) -> dict:
-    """The same environment for both systems. That includes THP_MEM_ALLOC_ENABLE, which `import model` sets to 1
-    unless it was set already: the library's processes get huge pages too, so the ratio measures code, not
-    allocator settings."""
+    """The same environment for both systems (PyTorch's allocator settings included, whatever they are)."""
     env = dict(os.environ)
-    env.update(THP_MEM_ALLOC_ENABLE=os.environ["THP_MEM_ALLOC_ENABLE"], RAYON_NUM_THREADS=str(threads),
-               TOKENIZERS_PARALLELISM="true" if threads > 1 else "false",
+    env.update(RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true" if threads > 1 else "false",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
     return env
 
@@ -487,8 +494,7 @@ def machine_description(device: torch.device, threads: int) -> str:
                 break
     except OSError:
         pass
-    text = (f"{cpu}, {os.cpu_count()} logical CPUs, {threads} torch threads, torch {torch.__version__}, "
-            f"THP_MEM_ALLOC_ENABLE={os.environ['THP_MEM_ALLOC_ENABLE']} for both systems")
+    text = f"{cpu}, {os.cpu_count()} logical CPUs, {threads} torch threads, torch {torch.__version__}"
     if device.type == "cuda":
         text = f"GPU {torch.cuda.get_device_name(device)} ({text})"
     return text
@@ -524,7 +530,8 @@ def print_table(rows: list[tuple[str, dict, str | None]], device: torch.device, 
 def print_profiles(runs: dict, flops: dict, peak_gflops: float | None) -> None:
     """--profile: per training job, the last round's top operators, and how fast the matmul kernels alone turn
     the useful FLOPs over (the rest of the step is everything else: optimizer, norms, dropout, memory)."""
-    for job, part in [("train_ours", "train"), ("train_theirs", "train"), ("consert_ours", "consert")]:
+    for job, part in [("train_ours", "train"), ("train_plain", "train"), ("train_theirs", "train"),
+                      ("consert_ours", "consert"), ("consert_plain", "consert")]:
         r = next((r for r in reversed(runs.get(job, [])) if "profile" in r), None)
         if r is None:
             continue
@@ -537,8 +544,8 @@ def print_profiles(runs: dict, flops: dict, peak_gflops: float | None) -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--data-dir", default=os.environ.get("EVAL_DATA_DIR", str(ROOT.parent / "shared" / "data")),
-                   help="folder with stsbenchmark/sts-train.csv (env EVAL_DATA_DIR)")
+    p.add_argument("--data-dir", default=None,
+                   help="folder with stsbenchmark/sts-train.csv (default: $EVAL_DATA_DIR, else data/ in the repository)")
     p.add_argument("--model", default=None, help="BERT folder (default: the shipped all-MiniLM-L6-v2)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads in every measured process")
@@ -549,7 +556,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--only", choices=["all", "ours"], default="all", help="ours: skip sentence-transformers")
     p.add_argument("--skip", nargs="*", default=[], choices=["train", "encode", "consert"], help="parts to leave out")
     p.add_argument("--amp", choices=["none", "bf16", "fp16"], default="none", help="autocast for BOTH systems (CUDA)")
-    p.add_argument("--compile", action="store_true", help="torch.compile OUR training step (theirs unchanged)")
+    p.add_argument("--no-plain", action="store_true", help="leave out the rows of our plain path (--plain)")
     p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test")
     p.add_argument("--profile", action="store_true",
                    help="also profile the training steps: top operators and the matmul kernels' share (slower)")
@@ -566,11 +573,13 @@ def main(argv=None) -> int:
     if args._job:
         run_job(args._job)
         return 0
-    device = model.pick_device(args.device)
+    device = train.device_for(args.device)
     model_path = args.model or model.default_model_path()
     encoder = model.SentenceEncoder.from_pretrained(model_path)  # its max length is the one encode uses
     cfg, tokenizer = encoder.bert.cfg, encoder.tokenizer
-    sentences = read_sts_train(Path(args.data_dir))
+    from evaluate import default_data_dir
+
+    sentences = read_sts_train(Path(args.data_dir) if args.data_dir else default_data_dir())
     work = prepare(args, tokenizer, sentences, args.train_steps * TRAIN_BATCH)
     train_encoder = model.SentenceEncoder(encoder.bert, tokenizer, "cls", TRAIN_MAX_LENGTH, source=encoder.source)
     tokens = tokens_computed(work, train_encoder)
@@ -580,17 +589,10 @@ def main(argv=None) -> int:
         print("sentence-transformers is not installed: only our figures are shown", file=sys.stderr)
         theirs = False
     parts = [p for p in ("train", "encode", "consert") if p not in args.skip]
-    if "consert" in parts:
-        try:
-            import consert  # noqa: F401
-
-            assert hasattr(consert, "ConSERTLoss"), "consert.py has no ConSERTLoss"
-        except (ImportError, AssertionError) as e:
-            print(f"ConSERT skipped: {e}", file=sys.stderr)
-            parts.remove("consert")
+    systems = ["ours"] + ([] if args.no_plain else ["plain"]) + (["theirs"] if theirs else [])
 
     base_spec = {"model": model_path, "device": str(device), "threads": args.threads, "amp": args.amp,
-                 "compile": args.compile, "warmup": args.warmup_steps, "profile": args.profile,
+                 "warmup": args.warmup_steps, "profile": args.profile,
                  "matmul_n": 8192 if device.type == "cuda" else 2048, "matmul_trials": 3}
     if args.quick:
         base_spec["matmul_trials"] = 1
@@ -610,8 +612,8 @@ def main(argv=None) -> int:
         for r in range(args.rounds):
             jobs = ["matmul"]
             for part in parts:
-                pair = [f"{part}_ours"] + ([f"{part}_theirs"] if theirs and part != "consert" else [])
-                jobs += pair if r % 2 == 0 else pair[::-1]  # alternate who goes first
+                group = [f"{part}_{who}" for who in systems if f"{part}_{who}" in JOBS]
+                jobs += group if r % 2 == 0 else group[::-1]  # alternate who goes first
             for job in jobs:
                 res = spawn(job, base_spec, tmp, f"{job}-{r}")
                 runs.setdefault(job, []).append(res)
@@ -631,27 +633,27 @@ def main(argv=None) -> int:
         "consert": consert_step_flops([len(s) for s in work["consert_ids"]], cfg),
     }
     names = {"train": "TSDAE training", "encode": "encode", "consert": "ConSERT training"}
+    who_names = {"ours": "ours (fast, the default)", "plain": "ours (--plain)", "theirs": "sentence-transformers"}
     summary, rows = {}, []
     for part in parts:
-        for who in ("ours", "theirs"):
+        for who in systems:
             job = f"{part}_{who}"
             if job not in runs:
                 continue
             summary[job] = s = summarise(runs[job], flops[part], peak_gflops)
             ratio = None
-            if who == "ours" and f"{part}_theirs" in runs:
+            if who != "theirs" and f"{part}_theirs" in runs:
                 t = summarise(runs[f"{part}_theirs"], None, None)
                 if "error" not in s and "error" not in t:
                     ratio = f"{s['rate_median'] / t['rate_median']:.2f}x"
-            label = f"{names[part]}, {'ours' if who == 'ours' else 'sentence-transformers'}"
-            rows.append((label, s, ratio))
+            rows.append((f"{names[part]}, {who_names[who]}", s, ratio))
     print()
     print_table(rows, device, peak)
     if "train" in parts:
         fmt = lambda t: " / ".join(f"{t[k]:.1f}" for k in ("encoder", "decoder", "lm_head"))
         print(f"\nTSDAE tokens per sentence computed (encoder / decoder / LM head): real {fmt(tokens['real'])}; "
               f"ours {fmt(tokens['ours'])}" + (f"; sentence-transformers {fmt(tokens['theirs'])}" if theirs else ""))
-        kernel = [f"{who} {summary[f'train_{who}']['kernel_ms_per_step']:.0f} ms" for who in ("ours", "theirs")
+        kernel = [f"{who} {summary[f'train_{who}']['kernel_ms_per_step']:.0f} ms" for who in systems
                   if "kernel_ms_per_step" in summary.get(f"train_{who}", {})]
         if kernel:
             print("TSDAE CPU time in the OS kernel per step (mostly page faults on freshly allocated memory): "

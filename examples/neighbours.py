@@ -1,6 +1,8 @@
-"""Print the nearest neighbours of a few sentences under a trained encoder.
+"""Print the nearest neighbours of a few sentences under an encoder, and (with --labels) how often a sentence's
+nearest neighbours share its label.
 
-    python examples/neighbours.py --model runs/tsdae/model --corpus examples/topics.txt
+    python examples/neighbours.py --corpus examples/topics.txt --labels examples/topics_labels.txt
+    python examples/neighbours.py --model runs/tsdae-topics/model --corpus examples/topics.txt --labels examples/topics_labels.txt
 """
 import argparse
 import sys
@@ -8,18 +10,28 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import data  # noqa: E402
 from model import ModelLoadError, SentenceEncoder, default_model_path  # noqa: E402
 
 
+def label_agreement(scores: torch.Tensor, labels: list[str], k: int) -> float:
+    """Share of each sentence's k nearest neighbours (itself excluded) that carry its label, over all sentences."""
+    scores = scores.clone().fill_diagonal_(float("-inf"))  # (N, N) cosines; a sentence is not its own neighbour
+    nearest = scores.topk(k, dim=1).indices  # (N, k)
+    same = [labels[j] == labels[i] for i, row in enumerate(nearest.tolist()) for j in row]
+    return sum(same) / len(same)
+
+
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=None, help="model folder (default: the shipped all-MiniLM-L6-v2)")
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="model folder or Hub id (default: the shipped all-MiniLM-L6-v2)")
     p.add_argument("--corpus", required=True, help="sentences to search, one per line")
+    p.add_argument("--labels", default=None, help="one label per corpus line (e.g. its topic): report label agreement")
     p.add_argument("--queries", nargs="*", default=None, help="sentences to look up (default: 5 from the corpus)")
-    p.add_argument("-k", type=int, default=3, help="neighbours per query")
+    p.add_argument("-k", type=int, default=3, help="neighbours per query and for the label agreement")
     args = p.parse_args()
     sentences = data.read_corpus(args.corpus)
     step = max(1, len(sentences) // 5)
@@ -33,6 +45,12 @@ def main() -> None:
         ranked = [i for i in row.argsort(descending=True).tolist() if sentences[i] != q][: args.k]
         for i in ranked:
             print(f"  {row[i]:.3f}  {sentences[i]}")
+    if args.labels:
+        labels = data.read_corpus(args.labels)
+        if len(labels) != len(sentences):
+            raise data.CorpusError(f"{args.labels} has {len(labels)} labels for {len(sentences)} sentences")
+        agreement = label_agreement(corpus_vecs @ corpus_vecs.T, labels, args.k)
+        print(f"\nlabel agreement of the {args.k} nearest neighbours: {100 * agreement:.1f}%")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ sys.path.insert(0, str(ROOT))
 
 from model import default_model_path  # noqa: E402
 
-DATA_DIR = Path(os.environ.get("EVAL_DATA_DIR", ROOT.parent / "shared" / "data"))
+DATA_DIR = Path(os.environ.get("EVAL_DATA_DIR", ROOT / "data")).resolve()  # as evaluate.default_data_dir
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +29,7 @@ def minilm_path() -> str:
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     if not (DATA_DIR / "stsbenchmark").is_dir():
-        pytest.fail(f"evaluation data not found at {DATA_DIR}; set EVAL_DATA_DIR")
+        pytest.fail(f"evaluation data not found at {DATA_DIR}; set EVAL_DATA_DIR, or run python evaluate.py --fetch-data data")
     return DATA_DIR
 
 

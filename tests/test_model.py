@@ -304,3 +304,34 @@ def test_mlm_head_weights_come_from_checkpoint(tmp_path):
     torch.testing.assert_close(ours.mlm_head.bias, ref.cls.predictions.bias)
     torch.testing.assert_close(ours.mlm_head.dense.weight, ref.cls.predictions.transform.dense.weight)
     assert isinstance(ours, Bert)
+
+
+# ---------------------------------------------------------------- Hugging Face Hub ids, offline from the cache
+
+
+def test_hub_id_loads_offline_from_a_hand_built_cache(tmp_path, minilm_path, minilm, sts_sentences):
+    """--model sentence-transformers/all-MiniLM-L6-v2 with HF_HUB_OFFLINE=1: read from the cache layout that
+    huggingface_hub writes (models--org--name/refs/main -> snapshots/<commit>/), no network. An id that is not
+    in the cache gets one line."""
+    import os
+    import subprocess
+    import sys
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--sentence-transformers--all-MiniLM-L6-v2"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(minilm_path, repo / "snapshots" / commit)
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    code = ("import sys, torch; from model import SentenceEncoder; "
+            "e = SentenceEncoder.from_pretrained(sys.argv[1]); torch.save(e.encode(sys.argv[3:]), sys.argv[2])")
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run([sys.executable, "-c", code, "sentence-transformers/all-MiniLM-L6-v2",
+                             str(tmp_path / "out.pt"), *sts_sentences[:8]], cwd=root, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), minilm.encode(sts_sentences[:8]))
+    result = subprocess.run([sys.executable, str(root / "evaluate.py"), "--model", "bert-base-uncased", "--tasks",
+                             "stsb-dev"], cwd=root, env=env, capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]  # one line
+    assert "bert-base-uncased is neither a local folder nor a model the Hugging Face Hub could give" in result.stderr

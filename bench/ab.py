@@ -1,0 +1,147 @@
+"""What each piece of fast.py buys: in-process A/B, alternating the versions step by step on the same batches.
+
+    python bench/ab.py                     # TSDAE, encode and ConSERT (about 10 minutes on 2 CPU cores)
+    python bench/ab.py --only tsdae --steps 60
+
+For TSDAE the reference is the full fast path; each other version leaves ONE piece out (or is the plain path),
+so "fast / without" < 1 means the piece makes the step faster. Every version trains its own copy of the same
+weights on the same batches (the bench's STS-benchmark sentences, batch 8, max length 75, AdamW, clip 1.0);
+step k of every version runs before step k + 1 of any, so a machine that slows down slows all of them alike.
+Reported: the ratio of total times, and the median over steps of the per-step ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import torch  # noqa: E402
+
+import consert  # noqa: E402
+import data  # noqa: E402
+import fast  # noqa: E402
+import train  # noqa: E402
+import tsdae  # noqa: E402
+from bench import LR, SEED, TRAIN_BATCH, TRAIN_MAX_LENGTH, read_sts_train  # noqa: E402
+from model import SentenceEncoder, default_model_path  # noqa: E402
+
+TSDAE_PIECES = ("PackedBert", "SentenceVectorAttention", "TSDAELoss")
+
+
+def tsdae_objective(model_path: str, pieces: tuple[str, ...]) -> torch.nn.Module:
+    """A TSDAE objective with the given fast pieces put in, the others plain. The same weights every time."""
+    torch.manual_seed(SEED)  # the new cross-attention weights too
+    objective = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(model_path, pooling="cls", max_length=TRAIN_MAX_LENGTH))
+    if "PackedBert" in pieces:
+        fast.sentence_encoder(objective.encoder)
+    if "SentenceVectorAttention" in pieces:
+        for layer in objective.decoder.layers:
+            layer.cross_attn = fast.SentenceVectorAttention(layer.cross_attn)
+    if "TSDAELoss" in pieces:
+        objective = fast.TSDAELoss(objective)
+    return objective.train()
+
+
+def consert_objective(model_path: str, packed: bool) -> torch.nn.Module:
+    torch.manual_seed(SEED)
+    encoder = SentenceEncoder.from_pretrained(model_path, pooling="mean", max_length=TRAIN_MAX_LENGTH)
+    consert.switch_off_dropout(encoder)
+    objective = consert.ConSERTLoss(encoder, (("feature_cutoff", 0.2), ("shuffle", 0.2)))
+    return (fast.consert(objective) if packed else objective).train()
+
+
+def alternate(versions: dict[str, Callable[[int], None]], steps: int) -> dict[str, list[float]]:
+    """Run step k of every version, then step k + 1 of every version, ...; the seconds of each step."""
+    seconds = {name: [] for name in versions}
+    for k in range(steps):
+        order = list(versions) if k % 2 == 0 else list(versions)[::-1]
+        for name in order:
+            t0 = time.perf_counter()
+            versions[name](k)
+            seconds[name].append(time.perf_counter() - t0)
+    return seconds
+
+
+def training_step(objective: torch.nn.Module, batches: list[dict]) -> Callable[[int], None]:
+    optimizer = train.make_optimizer(objective, train.TrainSettings(out=Path("."), steps=1, lr=LR), torch.device("cpu"))
+
+    def step(k: int) -> None:
+        loss = objective(batches[k % len(batches)])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(objective.parameters(), 1.0)
+        optimizer.step()
+        loss.item()
+
+    return step
+
+
+def report(title: str, seconds: dict[str, list[float]], reference: str, warmup: int) -> None:
+    print(f"\n{title} ({len(seconds[reference]) - warmup} timed steps after {warmup} untimed)")
+    print(f"| version | s/step | {reference} / version (total) | median per-step ratio |")
+    print("|---|---|---|---|")
+    ref = seconds[reference][warmup:]
+    for name, times in seconds.items():
+        times = times[warmup:]
+        per_step = statistics.median(r / t for r, t in zip(ref, times))
+        print(f"| {name} | {sum(times) / len(times):.3f} | x{sum(ref) / sum(times):.3f} | x{per_step:.3f} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", default=None, help="folder with stsbenchmark/ (default: $EVAL_DATA_DIR, else ../shared/data)")
+    p.add_argument("--model", default=None, help="BERT folder (default: the shipped all-MiniLM-L6-v2)")
+    p.add_argument("--steps", type=int, default=40, help="timed steps per version")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    p.add_argument("--only", nargs="*", default=["tsdae", "encode", "consert"], choices=["tsdae", "encode", "consert"])
+    p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from evaluate import default_data_dir
+
+    model_path = args.model or default_model_path()
+    sentences = read_sts_train(Path(args.data_dir) if args.data_dir else default_data_dir())
+    tokenizer = SentenceEncoder.from_pretrained(model_path).tokenizer
+    n = (args.steps + args.warmup) * TRAIN_BATCH
+    picked = sentences[:n]
+    steps = args.steps + args.warmup
+
+    if "tsdae" in args.only:
+        dataset = tsdae.DenoisingDataset(picked, tokenizer, TRAIN_MAX_LENGTH, seed=SEED)
+        lengths = data.token_lengths(tokenizer, picked, TRAIN_MAX_LENGTH)
+        order = data.BucketBatchSampler(lengths, TRAIN_BATCH, seed=SEED).batches(0)  # tsdae.py's batches
+        batches = [tsdae.collate_pairs([dataset[(0, i)] for i in b]) for b in order]
+        versions = {"fast": TSDAE_PIECES, "plain": ()}
+        versions.update({f"fast without {piece}": tuple(x for x in TSDAE_PIECES if x != piece) for piece in TSDAE_PIECES})
+        steppers = {name: training_step(tsdae_objective(model_path, pieces), batches) for name, pieces in versions.items()}
+        report("TSDAE training step", alternate(steppers, steps), "fast", args.warmup)
+
+    if "encode" in args.only:
+        plain = SentenceEncoder.from_pretrained(model_path)
+        quick = fast.sentence_encoder(SentenceEncoder.from_pretrained(model_path))
+        chunks = [sentences[i : i + 250] for i in range(0, 250 * 8, 250)]
+        encoders = {"fast": quick, "plain": plain}
+        steppers = {name: (lambda k, e=e: e.encode(chunks[k % len(chunks)])) for name, e in encoders.items()}
+        report("encode, 250 sentences a call (batch 64, max length 256)", alternate(steppers, 8 + 1), "fast", 1)
+
+    if "consert" in args.only:
+        ids = data.tokenize(tokenizer, picked, TRAIN_MAX_LENGTH)
+        for bucketing in (False, True):
+            order = data.BucketBatchSampler([len(x) for x in ids], TRAIN_BATCH, seed=SEED, bucketing=bucketing).batches(0)
+            batches = [consert.collate_sentences([ids[i] for i in b]) for b in order]
+            steppers = {"fast": training_step(consert_objective(model_path, True), batches),
+                        "plain": training_step(consert_objective(model_path, False), batches)}
+            kind = "length buckets" if bucketing else "random batches"
+            report(f"ConSERT training step, {kind}", alternate(steppers, steps), "fast", args.warmup)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""assignments.py: each exercise is marked in the code, its student copy is blanked, and its grading tests fail on
+the student copy and pass on this solution."""
+import ast
+import os
+from concurrent.futures import ThreadPoolExecutor
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import assignments
+from conftest import DATA_DIR
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_run(repo: Path, tests: list[str], *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, *extra], cwd=repo,
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "EVAL_DATA_DIR": str(DATA_DIR)})
+
+
+def test_every_exercise_is_marked_once_and_has_tests():
+    functions = assignments.marked_functions()
+    assert {number for number, _, _ in functions} == set(assignments.TESTS)
+    assert len({(path, name) for _, path, name in functions}) == len(functions)
+    text = (ROOT / "ASSIGNMENTS.md").read_text(encoding="utf-8")
+    for number, path, name in functions:
+        assert f"python assignments.py grade {number}" in text and name in text, (number, name)
+    collected = pytest_run(ROOT, sorted({t for tests in assignments.TESTS.values() for t in tests}), "--collect-only")
+    assert collected.returncode == 0, collected.stdout[-2000:]  # every listed test exists
+
+
+def test_student_copy_keeps_signatures_and_docstrings_and_blanks_the_rest(tmp_path):
+    assignments.make_student(tmp_path / "student", set(assignments.TESTS))
+    for number, path, name in assignments.marked_functions(tmp_path / "student"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        function = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+                        and node.name == name.split(".")[-1] and ast.get_docstring(node) is not None
+                        and "NotImplementedError" in ast.unparse(node))
+        assert ast.get_docstring(function), name  # the docstring says what to compute
+        assert len(function.body) == 2 and isinstance(function.body[1], ast.Raise), name  # docstring + raise only
+    solution = (ROOT / "consert.py").read_text(encoding="utf-8")
+    student = (tmp_path / "student" / "consert.py").read_text(encoding="utf-8")
+    assert "def fgv_perturbation" in student and student.count("NotImplementedError") == 5
+    kept = solution[solution.index("def fgv_perturbation"): solution.index("# 2. The contrastive loss")]
+    assert kept in student  # unmarked code is copied as it is
+    assert not (tmp_path / "student" / ".git").exists()
+
+
+def test_grading_fails_on_each_student_copy_and_passes_on_the_solution(tmp_path):
+    """For each exercise, a student copy with only that exercise blanked: its grading command fails there, on the
+    stub. And every exercise's grading passes on this solution. Two processes at a time (2 cores)."""
+    jobs = {}
+    for number in assignments.TESTS:
+        assignments.make_student(tmp_path / f"student{number}", {number})
+        jobs[number] = tmp_path / f"student{number}"
+    jobs["solution"] = ROOT
+
+    def grade(item):
+        number, repo = item
+        numbers = [str(n) for n in assignments.TESTS] if number == "solution" else [str(number)]
+        extra = [] if number == "solution" else ["-x"]
+        return number, subprocess.run([sys.executable, str(repo / "assignments.py"), "grade", *numbers, *extra],
+                                      cwd=repo, capture_output=True, text=True, timeout=900,
+                                      env={**os.environ, "EVAL_DATA_DIR": str(DATA_DIR)})
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = dict(pool.map(grade, [("solution", ROOT), *((n, r) for n, r in jobs.items() if n != "solution")]))
+    solution = results.pop("solution")
+    assert solution.returncode == 0, solution.stdout[-3000:]
+    for number, result in results.items():
+        assert result.returncode == 1, (number, result.stdout[-2000:])  # 1: tests ran and failed (not a collection error)
+        assert f"Exercise {number}: see ASSIGNMENTS.md" in result.stdout, (number, result.stdout[-2000:])

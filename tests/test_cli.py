@@ -1,0 +1,215 @@
+"""The command lines as a new user meets them: --help, argument checks, devices, run folders, progress in a log,
+a real Ctrl-C, the runtime requirements, and examples/plot_log.py."""
+import ast
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import torch
+
+import consert
+import evaluate
+import train
+import tsdae
+from model import SentenceEncoder
+
+ROOT = Path(__file__).resolve().parent.parent
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def run(script: str, *args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], capture_output=True, text=True,
+                          timeout=600, env=ONE_THREAD, **kw)
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------- --help and argument checks
+
+
+@pytest.mark.parametrize("make_parser", [tsdae.make_parser, consert.make_parser, evaluate.make_parser])
+def test_help_has_a_line_for_every_flag_and_each_default_once(make_parser):
+    parser = make_parser()
+    for action in parser._actions:
+        assert action.help, action.option_strings
+    text = parser.format_help()
+    assert "(default: None)" not in text and "(default: False)" not in text
+    for block in re.split(r"\n  (?=-)", text):  # one block per flag
+        assert block.count("default") <= 1, block
+
+
+@pytest.mark.parametrize("module, args, message", [
+    (tsdae, ["--steps", "-5"], "--steps must be at least 1 (got -5)"),
+    (tsdae, ["--batch-size", "0"], "--batch-size must be at least 1 (got 0)"),
+    (tsdae, ["--epochs", "0"], "--epochs must be at least 1"),
+    (tsdae, ["--lr", "0"], "--lr must be > 0"),
+    (tsdae, ["--noise-ratio", "1.0"], "--noise-ratio must be in [0, 1)"),
+    (consert, ["--steps", "0"], "--steps must be at least 1"),
+    (consert, ["--temperature", "-1"], "--temperature must be > 0"),
+    (consert, ["--rate1", "1.0"], "--rate1 must be in [0, 1)"),
+    (evaluate, ["--batch-size", "0"], "--batch-size must be at least 1"),
+])
+def test_bad_arguments_are_refused_in_one_line(module, args, message, small_corpus, capsys):
+    corpus = [] if module is evaluate else ["--corpus", str(small_corpus)]
+    with pytest.raises(SystemExit) as exit_:
+        (module.main if module is evaluate else module.parse_args)(corpus + args)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(lines) == 1 and f"error: {message}" in lines[0], lines
+
+
+def test_a_bad_argument_from_the_shell_is_one_line(small_corpus):
+    line = one_line_error(run("tsdae.py", "--corpus", small_corpus, "--steps", "-5"))
+    assert line == "tsdae.py: error: --steps must be at least 1 (got -5) (see --help)"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_on_a_machine_without_it_gets_one_line(small_corpus, tmp_path, capsys):
+    line = one_line_error(run("tsdae.py", "--corpus", small_corpus, "--out", tmp_path / "out", "--device", "cuda"))
+    assert line == "error: CUDA is not available on this machine; use --device cpu"
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(train.UsageError, match="CUDA is not available on this machine; use --device cpu"):
+        consert.main(["--corpus", str(small_corpus), "--out", str(tmp_path / "out"), "--device", "cuda:0"])
+    assert evaluate.main(["--device", "cuda"]) == 2
+    assert "CUDA is not available on this machine; use --device cpu" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- run folders
+
+
+def test_a_run_folder_is_never_silently_reused(tiny_model_dir, small_corpus, tmp_path):
+    common = ["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path / "run"),
+              "--steps", "2", "--batch-size", "4", "--device", "cpu"]
+    tsdae.main(common)
+    first_log = (tmp_path / "run" / "log.jsonl").read_text()
+    line = one_line_error(run("tsdae.py", *common))
+    assert "already holds a run" in line and "--resume" in line and "--overwrite" in line
+    assert (tmp_path / "run" / "log.jsonl").read_text() == first_log  # untouched
+    tsdae.main(common + ["--overwrite", "--seed", "1"])
+    assert (tmp_path / "run" / "log.jsonl").read_text() != first_log
+    with pytest.raises(train.UsageError, match="holds no checkpoint"):
+        tsdae.main(common + ["--out", str(tmp_path / "new"), "--resume"])
+
+
+# ---------------------------------------------------------------- progress and Ctrl-C
+
+
+def test_progress_in_a_log_file_is_one_plain_line_per_100_steps(tiny_model_dir, small_corpus, data_dir, tmp_path):
+    result = run("tsdae.py", "--corpus", small_corpus, "--model", tiny_model_dir, "--out", tmp_path / "run",
+                 "--steps", 120, "--batch-size", 4, "--lr", 1e-3, "--save-every", 0, "--device", "cpu",
+                 "--eval-data", data_dir, "--eval-every", 60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = {line.split()[1]: line for line in result.stdout.splitlines() if line.startswith("step ")}
+    assert {"100/120", "120/120"} <= set(lines)  # stdout is not a terminal: no bar (a line also every 30 s)
+    assert re.fullmatch(r"step 100/120  loss \d+\.\d{4}, \d+\.\d sent/s, eta \d+:\d\d:\d\d, dev -?\d+\.\d\d",
+                        lines["100/120"])
+    records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, 121))  # log.jsonl keeps every step
+    assert [r["step"] for r in records if "eval" in r] == [60, 120]
+
+
+def test_a_real_ctrl_c_saves_the_model_and_resume_continues(tiny_model_dir, small_corpus, tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, str(ROOT / "tsdae.py"), "--corpus", str(small_corpus), "--model", str(tiny_model_dir),
+               "--out", str(out), "--steps", "100000", "--batch-size", "4", "--save-every", "0", "--device", "cpu"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ONE_THREAD)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not ((out / "log.jsonl").exists() and
+                                               len((out / "log.jsonl").read_text().splitlines()) >= 3):
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal sends
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+    step = train.read_progress(out / "checkpoint")["step"]
+    assert f"interrupted at step {step} of 100000: the encoder so far is in {out / 'model'}" in stderr
+    assert len((out / "log.jsonl").read_text().splitlines()) == step
+    saved = SentenceEncoder.from_pretrained(out / "model").bert.state_dict()
+    for name, tensor in SentenceEncoder.from_pretrained(out / "checkpoint" / "encoder").bert.state_dict().items():
+        assert torch.equal(saved[name], tensor), name
+    result = run("tsdae.py", *command[2:-8], "--out", out, "--steps", step + 2, "--batch-size", 4, "--save-every", 0,
+                 "--device", "cpu", "--resume")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len((out / "log.jsonl").read_text().splitlines()) == step + 2
+
+
+# ---------------------------------------------------------------- requirements and imports
+
+
+def test_runtime_requirements_do_not_pull_the_test_oracles():
+    """requirements.txt, followed through the installed packages' own dependencies, never reaches the reference
+    libraries the tests use as oracles; and no runtime module imports them."""
+    oracles = {"transformers", "sentence-transformers", "scikit-learn"}
+    from packaging.requirements import Requirement
+
+    normalise = lambda name: name.lower().replace("_", "-")
+    wanted = [normalise(Requirement(line).name) for line in (ROOT / "requirements.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    seen, todo = set(), list(wanted)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for text in metadata.requires(name) or []:
+            requirement = Requirement(text)
+            # what a plain install takes: no optional extras, only what this Python and platform need
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(normalise(requirement.name))
+    assert "huggingface-hub" in wanted and not seen & oracles, seen & oracles
+    for path in [*ROOT.glob("*.py"), *ROOT.glob("examples/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                assert not any(n.split(".")[0] in ("transformers", "sentence_transformers", "sklearn")
+                               for n in names), path
+
+
+def test_the_import_graph_has_no_cycle():
+    modules = {path.stem for path in ROOT.glob("*.py")}
+    graph = {}
+    for name in modules:
+        tree = ast.parse((ROOT / f"{name}.py").read_text(encoding="utf-8"))
+        graph[name] = {n.split(".")[0] for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                       for n in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
+                       if n.split(".")[0] in modules}
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, " -> ".join(path + (name,))
+        for other in graph[name]:
+            visit(other, path + (name,))
+
+    for name in modules:
+        visit(name, ())
+
+
+# ---------------------------------------------------------------- examples/plot_log.py
+
+
+def test_plot_log_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"step": i, "loss": 5 / i, "lr": 1e-5, **({"eval": 50 + i} if i % 10 == 0 else {})})
+                           + "\n" for i in range(1, 41)))
+    result = run("examples/plot_log.py", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "log.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "40 steps, 4 evaluations" in result.stdout
+
+
+def test_plot_log_without_matplotlib_says_how_to_get_it(tmp_path):
+    (tmp_path / "log.jsonl").write_text('{"step": 1, "loss": 2.0, "lr": 0.1}\n')
+    code = ("import sys, runpy; sys.modules['matplotlib'] = None; sys.argv = ['plot_log.py', sys.argv[1]]; "
+            f"runpy.run_path({str(ROOT / 'examples' / 'plot_log.py')!r}, run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
+    assert "needs matplotlib, which is not installed (pip install matplotlib)" in one_line_error(result)

@@ -1,0 +1,104 @@
+"""download.py, offline: the evaluation data folder itself serves as the mirror (file:// URLs)."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+import download
+import evaluate
+
+CORPUS = "askubuntu/text_tokenized.txt.gz"  # not in the shared data folder (its checksum is unknown)
+
+
+def test_fetch_from_mirror_gives_the_same_bytes_and_a_second_call_downloads_nothing(data_dir, tmp_path, capsys,
+                                                                                       monkeypatch):
+    askubuntu = [f for f in download.SETS["askubuntu"] if f.dest != CORPUS]  # the mirror lacks the corpus
+    monkeypatch.setitem(download.SETS, "askubuntu", askubuntu)
+    expected = [f.dest for files in download.SETS.values() for f in files]
+    assert download.fetch(tmp_path, mirror=data_dir.as_uri()) == expected  # every set, in table order
+    for rel in expected:
+        assert (tmp_path / rel).read_bytes() == (data_dir / rel).read_bytes(), rel
+    assert not list(tmp_path.rglob("*.part"))
+
+    capsys.readouterr()
+    assert download.fetch(tmp_path, mirror=data_dir.as_uri()) == []
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == f"{len(expected)} files in {tmp_path} (0 downloaded, {len(expected)} already there)"
+
+    for task in ["stsb", "stsb-dev", "sickr", "sts12", "sts13", "sts14", "sts15", "sts16", "twitterpara"]:
+        assert evaluate.missing_file(task, tmp_path) is None, task
+    # what the training scripts and tests read as well
+    for rel in ["nli/snli_dev.jsonl", "sick/SICK.txt", "sick/SICK_train.txt", "stsbenchmark/senteval/sts-train.csv",
+                "twitterpara/test.label", "askubuntu/dev.txt", "askubuntu/test.txt"]:
+        assert (tmp_path / rel).is_file(), rel
+
+
+def test_every_checksum_in_the_table_is_the_one_in_sha256sums(data_dir):
+    sums = {}
+    for line in (data_dir / "SHA256SUMS").read_text().splitlines():
+        digest, rel = line.split("  ", 1)
+        sums[rel] = digest
+    files = [f for files in download.SETS.values() for f in files]
+    assert [f.dest for f in files if f.sha256 is None] == [CORPUS]
+    for f in files:
+        if f.sha256 is not None:
+            assert sums.get(f.dest) == f.sha256, f.dest
+        assert f.url.startswith("https://raw.githubusercontent.com/"), f.url
+    assert len({f.dest for f in files}) == len(files)
+
+
+def test_a_corrupt_file_is_refused_and_nothing_is_left_behind(data_dir, tmp_path):
+    mirror = tmp_path / "mirror"
+    for f in download.SETS["sts13"]:
+        (mirror / f.dest).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(data_dir / f.dest, mirror / f.dest)
+    bad = mirror / "sts13" / "STS.gs.OnWN.txt"
+    bad.write_bytes(bad.read_bytes().replace(b"4", b"5", 1))
+
+    out = tmp_path / "out"
+    with pytest.raises(download.DownloadError, match=r"checksum mismatch for .*sts13/STS.gs.OnWN.txt") as e:
+        download.fetch(out, ["sts13"], mirror=mirror.as_uri())
+    assert "\n" not in str(e.value) and "expected sha256 0cd497aa" in str(e.value)
+    assert not (out / "sts13" / "STS.gs.OnWN.txt").exists()
+    assert [p.name for p in (out / "sts13").iterdir() if p.name.startswith(".")] == []  # no temporary file
+
+    # a good file already there is kept; a wrong one already there is replaced
+    (out / "sts13" / "STS.gs.FNWN.txt").write_text("not the gold scores\n")
+    shutil.copyfile(data_dir / "sts13" / "STS.gs.OnWN.txt", bad)
+    got = download.fetch(out, ["sts13"], mirror=mirror.as_uri())
+    assert "sts13/STS.gs.FNWN.txt" in got and "sts13/STS.input.FNWN.txt" not in got
+    assert (out / "sts13" / "STS.gs.FNWN.txt").read_bytes() == (data_dir / "sts13" / "STS.gs.FNWN.txt").read_bytes()
+
+
+def test_a_missing_file_is_one_line_naming_the_url(data_dir, tmp_path):
+    mirror = tmp_path / "empty_mirror"
+    mirror.mkdir()
+    with pytest.raises(download.DownloadError) as e:
+        download.fetch(tmp_path / "out", ["nli"], mirror=mirror.as_uri())
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(f"could not download {mirror.as_uri()}/nli/snli_dev.jsonl (")
+    assert "README" in message and "by hand" in message
+    out = tmp_path / "out"
+    assert [p.relative_to(out) for p in out.rglob("*")] == [Path("nli")]  # an empty folder, no (temporary) file
+
+
+def test_an_unknown_set_is_refused(tmp_path):
+    with pytest.raises(download.DownloadError, match="unknown data set sts17; choose from stsbenchmark, sick"):
+        download.fetch(tmp_path, ["sts12", "sts17"])
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_file_without_known_checksum_is_kept_and_its_sum_printed(data_dir, tmp_path, capsys):
+    mirror = tmp_path / "mirror"
+    (mirror / "askubuntu").mkdir(parents=True)
+    for name in ["dev.txt", "test.txt"]:
+        shutil.copyfile(data_dir / "askubuntu" / name, mirror / "askubuntu" / name)
+    (mirror / CORPUS).write_bytes(b"stand-in corpus")
+    out = tmp_path / "out"
+    assert download.fetch(out, ["askubuntu"], mirror=mirror.as_uri()) == ["askubuntu/dev.txt", "askubuntu/test.txt",
+                                                                          CORPUS]
+    assert (out / CORPUS).read_bytes() == b"stand-in corpus"
+    assert f"sha256 {download.sha256_of(out / CORPUS)}, not checked" in capsys.readouterr().out
+    assert download.fetch(out, ["askubuntu"], mirror=mirror.as_uri()) == []
+    assert evaluate.missing_file("askubuntu", out) is None
