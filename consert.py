@@ -135,16 +135,24 @@ def fgv_perturbation(loss: torch.Tensor, embedding_output: torch.Tensor, norm: f
 
 
 # Exercise 8 (ASSIGNMENTS.md)
-def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
+def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float, same: torch.Tensor | None = None) -> torch.Tensor:
     """z1, z2: (N, d), row i of both = two views of sentence i. For each of the 2N items the other view of
     the same sentence is the positive and the other 2N-2 items of both views are negatives (2N-1 candidates).
-    Loss = mean cross-entropy of view 1's rows + that of view 2's rows (the official code sums both)."""
+    Loss = mean cross-entropy of view 1's rows + that of view 2's rows (the official code sums both).
+
+    same: (N, N) bool, same[i, j] = sentences i and j are identical (default: only i = j). A batch can hold
+    one sentence twice (a corpus with repeated lines); a copy is then left out of the other's candidates, so a
+    sentence never counts an identical copy of itself as a negative. Masking, not dropping the copy: the batch
+    keeps its size and every line of the corpus is still trained on, as the corpus repeats it."""
     N = len(z1)
     z = F.normalize(torch.cat([z1, z2]).float(), dim=-1)  # (2N, d), unit length: dot product = cosine
     sim = z @ z.T / temperature  # (2N, 2N)
-    itself = torch.eye(2 * N, dtype=torch.bool, device=z.device)
-    sim = sim.masked_fill(itself, float("-inf"))  # an item is never its own candidate
     positive = torch.arange(2 * N, device=z.device).roll(N)  # item i of view 1 <-> item i of view 2
+    if same is None:
+        same = torch.eye(N, dtype=torch.bool, device=z.device)
+    left_out = same.repeat(2, 2)  # (2N, 2N): the item itself, its other view, and any copy in either view
+    left_out[torch.arange(2 * N, device=z.device), positive] = False  # ... but the positive stays a candidate
+    sim = sim.masked_fill(left_out, float("-inf"))
     per_item = F.cross_entropy(sim, positive, reduction="none")  # (2N,)
     return per_item[:N].mean() + per_item[N:].mean()
 
@@ -163,27 +171,22 @@ def switch_off_dropout(encoder: SentenceEncoder) -> None:
             module.dropout_p = 0.0
 
 
-class LastTwoLayersMean(SentenceEncoder):
-    """For evaluation only: the average of the mean-pooled last two layers, the setting behind the official
-    code's reported numbers. Shares the given encoder's weights. sentence-transformers has no such pooling,
-    so trained models are saved with plain mean pooling of the last layer (the training setting)."""
-
-    def __init__(self, encoder: SentenceEncoder):
-        super().__init__(encoder.bert, encoder.tokenizer, "mean", encoder.max_length, encoder.source)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw) -> torch.Tensor:
-        *_, second_last, last = self.bert(input_ids, attention_mask, all_layers=True, **kw)  # (B, L, d) each
-        return (pool(second_last, attention_mask, "mean") + pool(last, attention_mask, "mean")) / 2  # (B, d)
+# The classifier's input for an NLI pair with sentence vectors u, v (§3.4). The paper, like SBERT, uses
+# (u, v, |u - v|); every official supervised script adds max(u, v)^2 (--concatenation_sent_max_square).
+NLI_FEATURES: dict[str, Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]]] = {
+    "u,v,|u-v|": lambda u, v: [u, v, (u - v).abs()],
+    "u,v,|u-v|,max(u,v)^2": lambda u, v: [u, v, (u - v).abs(), torch.maximum(u, v).square()],
+}
 
 
 class ConSERTLoss(nn.Module):
     """Encoder (+ NLI classifier); forward(batch) -> the loss of one batch.
 
-    A batch of unlabelled sentences {input_ids, attention_mask}:  cl_weight * NT-Xent(view 1, view 2).
+    A batch of unlabelled sentences {input_ids, attention_mask, sentence_keys}:  cl_weight * NT-Xent(view 1, view 2).
     A batch of NLI pairs {premise_*, hypothesis_*, labels} (needs nli_classes > 0): the supervised loss,
-    softmax cross-entropy of a linear classifier on (u, v, |u - v|) (§3.4, as SBERT), computed on the
-    plain, unaugmented passes; with joint=True plus cl_weight * (NT-Xent of the premises' views +
-    NT-Xent of the hypotheses' views).
+    softmax cross-entropy of a linear classifier on `nli_features` of the plain, unaugmented vectors (§3.4);
+    with joint=True plus cl_weight * (NT-Xent of the premises' views + NT-Xent of the hypotheses' views).
+    The *_keys of a batch number its sentences, equal for identical ones (see collate_sentences, nt_xent).
 
     cl_weight: the official code multiplies the contrastive loss by cl_rate = 0.15 in every setting, also
     when it is the only loss; with AdamW a constant factor then matters only through gradient clipping.
@@ -191,7 +194,8 @@ class ConSERTLoss(nn.Module):
 
     def __init__(self, encoder: SentenceEncoder, views: tuple[tuple[str, float], tuple[str, float]],
                  temperature: float = 0.1, cl_weight: float = 0.15, adv_norm: float = 1.0,
-                 nli_classes: int = 0, joint: bool = False, local_negatives: bool = False):
+                 nli_classes: int = 0, joint: bool = False, local_negatives: bool = False,
+                 nli_features: str = "u,v,|u-v|,max(u,v)^2"):
         super().__init__()
         names = [name for name, _ in views]
         if any(name not in VIEW_NAMES for name in names):
@@ -204,8 +208,9 @@ class ConSERTLoss(nn.Module):
         self.encoder = encoder
         self.temperature, self.cl_weight, self.adv_norm, self.joint = temperature, cl_weight, adv_norm, joint
         self.local_negatives = local_negatives
-        d = encoder.bert.cfg.hidden_size
-        self.classifier = nn.Linear(3 * d, nli_classes) if nli_classes else None  # on (u, v, |u - v|)
+        self.nli_features = NLI_FEATURES[nli_features]
+        n_features = len(self.nli_features(torch.zeros(1), torch.zeros(1)))  # 3 or 4 vectors of size d
+        self.classifier = nn.Linear(n_features * encoder.bert.cfg.hidden_size, nli_classes) if nli_classes else None
 
     def encode(self, input_ids: torch.Tensor, view: View) -> torch.Tensor:
         """One encoder pass under `view`: mean of the last layer over the view's tokens (official training). (B, d)"""
@@ -213,7 +218,7 @@ class ConSERTLoss(nn.Module):
                                    embedding_hook=view.embedding_hook)  # (B, L, d)
         return pool(hidden, view.attention_mask, self.encoder.pooling)
 
-    def contrastive(self, input_ids: torch.Tensor, mask: torch.Tensor,
+    def contrastive(self, input_ids: torch.Tensor, mask: torch.Tensor, keys: torch.Tensor,
                     plain: tuple[torch.Tensor, torch.Tensor] | None = None,
                     supervised_loss: torch.Tensor | None = None) -> torch.Tensor:
         """NT-Xent between two views of these sentences (§3.2): encode view 1, encode view 2, compare.
@@ -225,10 +230,10 @@ class ConSERTLoss(nn.Module):
         else:
             z1 = self.encode(input_ids, VIEWS[name1](mask, rate1))  # (B, d)
         if name2 == "adversarial":
-            z2 = self.adversarial_view(input_ids, mask, plain, z1, supervised_loss)
+            z2 = self.adversarial_view(input_ids, mask, keys, plain, z1, supervised_loss)
         else:
             z2 = self.encode(input_ids, VIEWS[name2](mask, rate2))  # (B, d)
-        return self.batch_nt_xent(z1, z2)
+        return self.batch_nt_xent(z1, z2, keys)
 
     def plain_pass(self, input_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Vectors of the unaugmented sentences (B, d), and the embedding output (B, L, d) they came from
@@ -242,41 +247,47 @@ class ConSERTLoss(nn.Module):
         z = self.encode(input_ids, View(mask, embedding_hook=keep))
         return z, kept[0]
 
-    def adversarial_view(self, input_ids: torch.Tensor, mask: torch.Tensor, plain: tuple[torch.Tensor, torch.Tensor],
-                         other: torch.Tensor, supervised_loss: torch.Tensor | None) -> torch.Tensor:
+    def adversarial_view(self, input_ids: torch.Tensor, mask: torch.Tensor, keys: torch.Tensor,
+                         plain: tuple[torch.Tensor, torch.Tensor], other: torch.Tensor,
+                         supervised_loss: torch.Tensor | None) -> torch.Tensor:
         """§3.3: FGV on the supervised loss. Without labels, the contrastive loss between the plain pass and the
         other view is attacked instead: this unsupervised variant is this project's extension. (B, d)"""
         plain_z, embedding_output = plain
-        source = supervised_loss if supervised_loss is not None else nt_xent(plain_z, other, self.temperature)
-        r = fgv_perturbation(source, embedding_output, self.adv_norm)  # (B, L, d)
+        if supervised_loss is None:
+            supervised_loss = nt_xent(plain_z, other, self.temperature, keys[:, None] == keys[None, :])
+        r = fgv_perturbation(supervised_loss, embedding_output, self.adv_norm)  # (B, L, d)
         return self.encode(input_ids, View(mask, embedding_hook=lambda x: x + r))
 
-    def batch_nt_xent(self, z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
+    def batch_nt_xent(self, z1: torch.Tensor, z2: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """NT-Xent over the whole batch (on one process: nt_xent). Under torchrun each process holds part of
         it: the vectors of all processes are gathered, so negatives come from the global batch as on one
         device (§5.5: larger batches help). With local_negatives each process contrasts its own share only,
         and the loss is the mean over processes."""
         if self.local_negatives:
-            return train.global_mean(nt_xent(z1, z2, self.temperature), torch.tensor(1.0, device=z1.device))
-        return nt_xent(train.gather_with_local_grad(z1), train.gather_with_local_grad(z2), self.temperature)
+            loss = nt_xent(z1, z2, self.temperature, keys[:, None] == keys[None, :])
+            return train.global_mean(loss, torch.tensor(1.0, device=z1.device))
+        keys = train.gather_with_local_grad(keys)  # (N,): every process's sentences, in rank order
+        z1, z2 = train.gather_with_local_grad(z1), train.gather_with_local_grad(z2)
+        return nt_xent(z1, z2, self.temperature, keys[:, None] == keys[None, :])
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         adversarial = self.views[1][0] == "adversarial"
         if "labels" not in batch:  # unlabelled sentences
             ids, mask = batch["input_ids"], batch["attention_mask"]
             plain = self.plain_pass(ids, mask) if adversarial else None
-            return self.cl_weight * self.contrastive(ids, mask, plain)
+            return self.cl_weight * self.contrastive(ids, mask, batch["sentence_keys"], plain)
         # §3.4: NLI pairs. u, v: the plain vectors of premise and hypothesis.
         a = self.plain_pass(batch["premise_ids"], batch["premise_mask"])
         b = self.plain_pass(batch["hypothesis_ids"], batch["hypothesis_mask"])
         u, v = a[0], b[0]  # (B, d) each
-        logits = self.classifier(torch.cat([u, v, (u - v).abs()], dim=-1))  # (B, classes)
+        logits = self.classifier(torch.cat(self.nli_features(u, v), dim=-1))  # (B, classes)
         supervised = train.global_mean(F.cross_entropy(logits.float(), batch["labels"], reduction="sum"),
                                        torch.tensor(len(logits), device=logits.device))  # mean over the global batch
         if not self.joint:
             return supervised
-        contrastive = (self.contrastive(batch["premise_ids"], batch["premise_mask"], a, supervised)
-                       + self.contrastive(batch["hypothesis_ids"], batch["hypothesis_mask"], b, supervised))
+        contrastive = (self.contrastive(batch["premise_ids"], batch["premise_mask"], batch["premise_keys"], a, supervised)
+                       + self.contrastive(batch["hypothesis_ids"], batch["hypothesis_mask"], batch["hypothesis_keys"],
+                                          b, supervised))
         return supervised + self.cl_weight * contrastive
 
 
@@ -297,9 +308,15 @@ class SentenceDataset(torch.utils.data.Dataset):
         return data.tokenize(self.tokenizer, [self.sentences[key[1]]], self.max_length)[0]
 
 
+def sentence_keys(items: list[list[int]]) -> torch.Tensor:
+    """A number per sentence, equal exactly for identical token sequences (Python's hash of the ids, the same in
+    every process): how nt_xent recognises a sentence's copies in a batch. (N,) int64"""
+    return torch.tensor([hash(tuple(ids)) for ids in items], dtype=torch.long)
+
+
 def collate_sentences(items: list[list[int]], pad_id: int = 0, multiple: int = 1) -> dict[str, torch.Tensor]:
     input_ids, attention_mask = data.pad(items, pad_id, multiple)
-    return {"input_ids": input_ids, "attention_mask": attention_mask}
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "sentence_keys": sentence_keys(items)}
 
 
 class NLIDataset(torch.utils.data.Dataset):
@@ -322,7 +339,9 @@ def collate_nli(items: list[tuple[list[int], list[int], int]], pad_id: int = 0,
     premise_ids, premise_mask = data.pad([p for p, _, _ in items], pad_id, multiple)
     hypothesis_ids, hypothesis_mask = data.pad([h for _, h, _ in items], pad_id, multiple)
     return {"premise_ids": premise_ids, "premise_mask": premise_mask, "hypothesis_ids": hypothesis_ids,
-            "hypothesis_mask": hypothesis_mask, "labels": torch.tensor([label for _, _, label in items])}
+            "hypothesis_mask": hypothesis_mask, "labels": torch.tensor([label for _, _, label in items]),
+            "premise_keys": sentence_keys([p for p, _, _ in items]),
+            "hypothesis_keys": sentence_keys([h for _, h, _ in items])}
 
 
 def sts_corpus(data_dir: str | Path) -> list[str]:
@@ -346,12 +365,74 @@ def sts_corpus(data_dir: str | Path) -> list[str]:
 # 5. The command line
 
 
+# The official scripts (yym6472/ConSERT, scripts/*-base.sh), stage by stage. A two-stage strategy runs its NLI
+# stage into OUT/stage1, then the contrastive stage on the corpus from there (its best dev checkpoint, with
+# --eval-data, as the official code saves only that one). Every command-line flag below overrides its entry.
+#   strategy      stage     views                             lr     epochs  encoder dropout  early stopping
+#   unsup         corpus    feature cutoff 0.2 + shuffle      5e-7   10      off              10 evaluations
+#   sup           NLI       (none: the classifier only)       2e-5   1       on               -
+#   joint         NLI       none + token cutoff 0.1           2e-5   1       on               -
+#   sup-unsup     NLI, then sup as above; corpus: none + feature cutoff 0.1, 5e-7, 25 epochs, on, 10 evaluations
+#   joint-unsup   NLI, then joint as above; corpus: none + shuffle, 5e-7, 25 epochs, on, 10 evaluations
+CORPUS_VIEWS = {"unsup": (("feature_cutoff", 0.2), ("shuffle", 0.0)),
+                "sup-unsup": (("none", 0.0), ("feature_cutoff", 0.1)),
+                "joint-unsup": (("none", 0.0), ("shuffle", 0.0))}
+NLI_VIEWS = (("none", 0.0), ("token_cutoff", 0.1))
+
+
+@dataclass
+class Stage:
+    """One call of the training loop: "unsup" (contrastive on the corpus) or "sup"/"joint" (on NLI pairs)."""
+
+    kind: str
+    views: tuple[tuple[str, float], tuple[str, float]]
+    lr: float
+    epochs: int
+    steps: int | None
+    dropout: bool  # BERT's own dropout during this stage
+    patience: int  # evaluations without a better dev score before stopping (0: never)
+
+
+def stages(args: argparse.Namespace) -> list[Stage]:
+    """The stages of args.strategy with the official settings above, where the command line does not say otherwise."""
+    result = []
+    for kind in args.strategy.split("-"):
+        if kind == "unsup":
+            second = args.strategy != "unsup"  # stage 2 of sup-unsup / joint-unsup
+            views = pick_views(((args.view1, args.rate1), (args.view2, args.rate2)), CORPUS_VIEWS[args.strategy])
+            result.append(Stage(kind, views, args.lr, args.epochs or (25 if second else 10), args.steps,
+                                dropout_on(args.encoder_dropout, official=second, views=views),
+                                10 if args.patience is None else args.patience))
+        else:
+            views = pick_views(((args.nli_view1, args.nli_rate1), (args.nli_view2, args.nli_rate2)), NLI_VIEWS)
+            result.append(Stage(kind, views, args.nli_lr, args.nli_epochs, args.nli_steps,
+                                dropout_on(args.nli_encoder_dropout, official=True, views=views), args.nli_patience))
+    return result
+
+
+def pick_views(given, official) -> tuple[tuple[str, float], tuple[str, float]]:
+    """Each view as --viewN/--rateN give it, else the official view and rate (a view named without a rate: 0.2)."""
+    chosen = []
+    for (name, rate), (official_name, official_rate) in zip(given, official):
+        default_rate = official_rate if name is None else 0.2
+        chosen.append((name or official_name, default_rate if rate is None else rate))
+    return tuple(chosen)
+
+
+def dropout_on(setting: str, official: bool, views) -> bool:
+    """--encoder-dropout on/off, or auto: the official setting, and always on when a view is the encoder's own dropout."""
+    if setting != "auto":
+        return setting == "on"
+    return official or "simcse" in [name for name, _ in views]
+
+
 def make_parser() -> train.ArgumentParser:
     p = train.ArgumentParser(
         description="Fine-tune a sentence encoder with ConSERT (arXiv:2105.11741): contrastive learning between two "
-                    "views of each sentence made at the embedding layer, optionally fused with NLI supervision. "
-                    "Defaults: the official unsupervised setting (feature cutoff 0.2 + token shuffle, dropout off, "
-                    "temperature 0.1, batch 96, lr 5e-7). The author later found lr 2e-5 with temperature 0.05 better.",
+                    "views of each sentence made at the embedding layer, optionally fused with NLI supervision (§3.4). "
+                    "Every default is the official scripts' (see the table at the top of consert.py's command-line "
+                    "section): unsupervised, feature cutoff 0.2 + token shuffle, dropout off, temperature 0.1, "
+                    "batch 96, lr 5e-7, 10 epochs. The author later found lr 2e-5 with temperature 0.05 better.",
         formatter_class=train.HelpFormatter,
     )
     src = p.add_argument_group("data")
@@ -367,108 +448,133 @@ def make_parser() -> train.ArgumentParser:
     src.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
                      help="what to do with input lines that are not UTF-8")
     src.add_argument("--max-length", type=int, default=64, help="tokens per sentence, longer ones are truncated")
-    src.add_argument("--no-bucketing", action="store_true", help="plain shuffled batches instead of length buckets")
-    aug = p.add_argument_group("views and loss")
-    aug.add_argument("--view1", default="feature_cutoff", choices=VIEW_NAMES, help="augmentation of the first view")
-    aug.add_argument("--rate1", type=float, default=0.2, help="cutoff / span / dropout rate of view 1")
-    aug.add_argument("--view2", default="shuffle", choices=VIEW_NAMES, help="augmentation of the second view")
-    aug.add_argument("--rate2", type=float, default=0.2, help="cutoff / span / dropout rate of view 2")
-    aug.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§5.4)")
-    aug.add_argument("--adv-norm", type=float, default=1.0, help="per-token length of the adversarial perturbation")
-    aug.add_argument("--cl-weight", type=float, default=0.15, help="factor on the contrastive loss (official cl_rate)")
+    src.add_argument("--bucketing", action="store_true",
+                     help="batches of similar length (faster) instead of the official plain shuffled batches; the "
+                          "batch decides the negatives, so this changes what is learnt")
+    aug = p.add_argument_group("the contrastive stage on the corpus (unsup, and stage 2 of sup-unsup / joint-unsup)")
+    aug.add_argument("--view1", choices=VIEW_NAMES, help="first view (default: the strategy's official, see above)")
+    aug.add_argument("--rate1", type=float, help="cutoff / span / dropout rate of view 1 (default: official, else 0.2)")
+    aug.add_argument("--view2", choices=VIEW_NAMES, help="second view (default: the strategy's official)")
+    aug.add_argument("--rate2", type=float, help="cutoff / span / dropout rate of view 2 (default: official, else 0.2)")
+    aug.add_argument("--lr", type=float, default=5e-7, help="AdamW learning rate (published; the author later: 2e-5)")
+    aug.add_argument("--epochs", type=int, help="passes over the corpus (default: 10 for unsup, 25 for a stage 2; "
+                                                "ignored when --steps is given)")
+    aug.add_argument("--steps", type=int, help="optimiser steps (default: --epochs passes of corpus size / batch size)")
     aug.add_argument("--encoder-dropout", default="auto", choices=["auto", "on", "off"],
-                     help="BERT's own dropout; auto = off (official ConSERT), on when a view is simcse")
-    opt = p.add_argument_group("training")
-    opt.add_argument("--model", default=None,
-                     help="Hugging Face BERT: a local folder or a Hub id such as bert-base-uncased "
-                          "(default: the shipped all-MiniLM-L6-v2)")
-    opt.add_argument("--epochs", type=int, default=1, help="passes over the corpus (ignored when --steps is given)")
-    opt.add_argument("--steps", type=int, default=None,
-                     help="optimiser steps on the corpus (default: --epochs passes, corpus size / batch size each)")
-    opt.add_argument("--lr", type=float, default=5e-7, help="AdamW learning rate on the corpus (published; try 2e-5)")
-    opt.add_argument("--nli-epochs", type=int, default=1, help="passes over --nli (ignored when --nli-steps is given)")
-    opt.add_argument("--nli-steps", type=int, default=None, help="optimiser steps on --nli (default: --nli-epochs passes)")
-    opt.add_argument("--nli-lr", type=float, default=2e-5, help="AdamW learning rate on --nli")
-    opt.add_argument("--batch-size", type=int, default=96,
-                     help="sentences (or NLI pairs) per step; under torchrun the global batch, split over the processes")
-    opt.add_argument("--local-negatives", action="store_true",
-                     help="under torchrun: contrast each process's share of the batch only (default: all processes')")
-    train.add_run_arguments(opt, out="runs/consert")
+                     help="BERT's own dropout; auto: off for unsup (official --no_dropout) unless a view is simcse, "
+                          "on in a stage 2 (official)")
+    aug.add_argument("--patience", type=int, help="with --eval-data: stop after this many evaluations without a better "
+                                                  "dev score (default: 10, official; 0: never)")
+    nli = p.add_argument_group("the NLI stage (sup, joint, and stage 1 of sup-unsup / joint-unsup)")
+    nli.add_argument("--nli-view1", choices=VIEW_NAMES, help="joint: first view (default: none, official)")
+    nli.add_argument("--nli-rate1", type=float, help="joint: rate of view 1 (default: official, else 0.2)")
+    nli.add_argument("--nli-view2", choices=VIEW_NAMES, help="joint: second view (default: token_cutoff, official)")
+    nli.add_argument("--nli-rate2", type=float, help="joint: rate of view 2 (default: 0.1, official)")
+    nli.add_argument("--nli-lr", type=float, default=2e-5, help="AdamW learning rate")
+    nli.add_argument("--nli-epochs", type=int, default=1, help="passes over --nli (ignored when --nli-steps is given)")
+    nli.add_argument("--nli-steps", type=int, help="optimiser steps (default: --nli-epochs passes)")
+    nli.add_argument("--nli-encoder-dropout", default="auto", choices=["auto", "on", "off"],
+                     help="BERT's own dropout; auto = on (official)")
+    nli.add_argument("--nli-patience", type=int, default=0,
+                     help="with --eval-data: early stopping as --patience (0: never, as the official scripts)")
+    nli.add_argument("--nli-features", default="u,v,|u-v|,max(u,v)^2", choices=list(NLI_FEATURES),
+                     help="the classifier's input: the official scripts' (--concatenation_sent_max_square), or the "
+                          "paper's and SBERT's u,v,|u-v|")
+    both = p.add_argument_group("both stages")
+    both.add_argument("--model", default=None,
+                      help="Hugging Face BERT: a local folder or a Hub id such as bert-base-uncased "
+                           "(default: the shipped all-MiniLM-L6-v2)")
+    both.add_argument("--batch-size", type=int, default=96,
+                      help="sentences (or NLI pairs) per step; under torchrun the global batch, split over the processes")
+    both.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§5.4)")
+    both.add_argument("--adv-norm", type=float, default=1.0, help="per-token length of the adversarial perturbation")
+    both.add_argument("--cl-weight", type=float, default=0.15, help="factor on the contrastive loss (official cl_rate)")
+    both.add_argument("--local-negatives", action="store_true",
+                      help="under torchrun: contrast each process's share of the batch only (default: all processes')")
+    train.add_run_arguments(both, out="runs/consert")
     ev = p.add_argument_group("model selection (contrastive training degrades late: keep the best dev checkpoint)")
     ev.add_argument("--eval-data", default=None,
                     help="data folder with stsbenchmark/: log STS-b dev Spearman, keep the best encoder in OUT/best")
     ev.add_argument("--eval-every", type=int, default=200, help="steps between evaluations (official: 200)")
     ev.add_argument("--eval-pooling", default="mean", choices=["mean", "last2-mean"],
-                    help="mean of the last layer, or the average of the mean-pooled last two layers (official reported "
-                         "numbers; evaluation only, the saved model always uses plain mean pooling)")
+                    help="mean of the last layer, or the average of the mean-pooled last two layers (the official "
+                         "evaluation); evaluation only, the saved model always uses plain mean pooling")
     return p
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = make_parser()
     args = p.parse_args(argv)
-
-    stages = args.strategy.split("-")
-    if "unsup" in stages and bool(args.corpus) == bool(args.sts_corpus):
+    kinds = args.strategy.split("-")
+    if "unsup" in kinds and bool(args.corpus) == bool(args.sts_corpus):
         p.error(f"--strategy {args.strategy} needs exactly one of --corpus and --sts-corpus")
-    if stages != ["unsup"] and not args.nli:
+    if kinds != ["unsup"] and not args.nli:
         p.error(f"--strategy {args.strategy} needs --nli")
-    if args.view1 == args.view2 == "adversarial":
-        p.error("only one view can be adversarial")
-    if args.encoder_dropout == "off" and "simcse" in (args.view1, args.view2):
-        p.error("the simcse view is the encoder's own dropout: use --encoder-dropout on (or auto)")
+    for view1, view2, dropout in (("view1", "view2", "encoder_dropout"), ("nli_view1", "nli_view2", "nli_encoder_dropout")):
+        views = (getattr(args, view1), getattr(args, view2))
+        if views == ("adversarial", "adversarial"):
+            p.error("only one view can be adversarial")
+        if getattr(args, dropout) == "off" and "simcse" in views:
+            p.error("the simcse view is the encoder's own dropout: it needs the encoder's dropout on (or auto)")
     train.check_arguments(p, args, positive=("lr", "nli_lr", "temperature"),
                           at_least_one=("epochs", "steps", "nli_epochs", "nli_steps", "batch_size", "eval_every"),
-                          ratios=("rate1", "rate2"))
+                          ratios=("rate1", "rate2", "nli_rate1", "nli_rate2"))
+    if (args.patience or 0) < 0 or args.nli_patience < 0:
+        p.error("--patience and --nli-patience must be 0 or more")
     if args.max_length < 2:
         p.error(f"--max-length must be at least 2: [CLS] and [SEP] (got {args.max_length})")
     return args
 
 
-def run_stage(stage: str, model_dir: str | Path, out: Path, resume: bool, inputs: list, args: argparse.Namespace,
+def make_loader(stage: Stage, inputs: list, encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
+                rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
+    """Plain shuffled batches, as the official DataLoader(shuffle=True) gives them: the batch decides which
+    sentences are each other's negatives. With --bucketing, batches of similar length (by the pair's length for NLI)."""
+    if stage.kind == "unsup":
+        dataset, collate = SentenceDataset(inputs, encoder.tokenizer, encoder.max_length), collate_sentences
+        lengths = data.token_lengths(encoder.tokenizer, inputs, encoder.max_length)
+    else:
+        dataset, collate = NLIDataset(inputs, encoder.tokenizer, encoder.max_length), collate_nli
+        lengths = (data.token_lengths(encoder.tokenizer, [p for p, _, _ in inputs], encoder.max_length)
+                   + data.token_lengths(encoder.tokenizer, [h for _, h, _ in inputs], encoder.max_length))
+    return data.make_loader(dataset, lengths, collate, encoder.bert.cfg.pad_token_id, args.batch_size, args.seed,
+                            device, args.bucketing, args.workers, rank, world)
+
+
+def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inputs: list, args: argparse.Namespace,
               device: torch.device) -> None:
-    """One call of the shared training loop. stage "unsup": contrastive on sentences; "sup"/"joint": on NLI pairs."""
+    """One call of the shared training loop."""
     encoder = SentenceEncoder.from_pretrained(model_dir, pooling="mean", max_length=args.max_length)
     encoder.bert.mlm_head = None  # a checkpoint's masked-LM head is not used here (and DDP wants no idle weights)
-    if args.encoder_dropout == "off" or (args.encoder_dropout == "auto" and "simcse" not in (args.view1, args.view2)):
+    if not stage.dropout:
         switch_off_dropout(encoder)
-    views = ((args.view1, args.rate1), (args.view2, args.rate2))
-    objective = ConSERTLoss(encoder, views, args.temperature, args.cl_weight, args.adv_norm,
-                            nli_classes=0 if stage == "unsup" else len(data.NLI_LABELS), joint=stage == "joint",
-                            local_negatives=args.local_negatives)
-    if not args.plain:
+    objective = ConSERTLoss(encoder, stage.views, args.temperature, args.cl_weight, args.adv_norm,
+                            nli_classes=0 if stage.kind == "unsup" else len(data.NLI_LABELS), joint=stage.kind == "joint",
+                            local_negatives=args.local_negatives, nli_features=args.nli_features)
+    if not args.plain and not args.bucketing:  # length buckets hold almost no padding: packing would cost (fast.py)
         objective = fast.consert(objective)  # the same parameters and numbers, computed faster
     rank, world = train.init_distributed()
-    pad_id = encoder.bert.cfg.pad_token_id
-    if stage == "unsup":
-        dataset = SentenceDataset(inputs, encoder.tokenizer, encoder.max_length)
-        lengths = data.token_lengths(encoder.tokenizer, inputs, encoder.max_length)
-        loader = data.make_loader(dataset, lengths, collate_sentences, pad_id, args.batch_size, args.seed, device,
-                                  not args.no_bucketing, args.workers, rank, world)
-        steps, lr = args.steps or args.epochs * len(loader.batch_sampler), args.lr
-    else:
-        dataset = NLIDataset(inputs, encoder.tokenizer, encoder.max_length)
-        premise_lengths = data.token_lengths(encoder.tokenizer, [p for p, _, _ in inputs], encoder.max_length)
-        hypothesis_lengths = data.token_lengths(encoder.tokenizer, [h for _, h, _ in inputs], encoder.max_length)
-        pair_lengths = premise_lengths + hypothesis_lengths  # buckets by the length of the pair
-        loader = data.make_loader(dataset, pair_lengths, collate_nli, pad_id, args.batch_size, args.seed, device,
-                                  not args.no_bucketing, args.workers, rank, world)
-        steps, lr = args.nli_steps or args.nli_epochs * len(loader.batch_sampler), args.nli_lr
+    loader = make_loader(stage, inputs, encoder, args, device, rank, world)
+    steps = stage.steps or stage.epochs * len(loader.batch_sampler)
     eval_fn = None
     if args.eval_data:
         from evaluate import stsb_dev_spearman
 
-        pooled = LastTwoLayersMean if args.eval_pooling == "last2-mean" else (lambda enc: enc)
-        eval_fn = lambda enc: stsb_dev_spearman(pooled(enc), args.eval_data)
+        def eval_fn(enc: SentenceEncoder) -> float:  # the same weights, pooled as --eval-pooling says
+            return stsb_dev_spearman(SentenceEncoder(enc.bert, enc.tokenizer, args.eval_pooling, enc.max_length),
+                                     args.eval_data)
     # The official optimiser: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up then linear decay, clip 1.0.
-    settings = train.TrainSettings(out=out, steps=steps, lr=lr, weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1,
-                                   schedule="linear", grad_clip=1.0, amp=args.amp, save_every=args.save_every,
-                                   eval_every=args.eval_every, eval_fn=eval_fn, keep_best=eval_fn is not None,
+    settings = train.TrainSettings(out=out, steps=steps, lr=stage.lr, weight_decay=0.01, adam_eps=1e-6,
+                                   warmup_ratio=0.1, schedule="linear", grad_clip=1.0, amp=args.amp,
+                                   save_every=args.save_every, eval_every=args.eval_every, eval_fn=eval_fn,
+                                   keep_best=eval_fn is not None, patience=stage.patience if eval_fn else 0,
                                    resume=resume)
-    what = "sentences" if stage == "unsup" else "NLI pairs"
+    what = "sentences" if stage.kind == "unsup" else "NLI pairs"
+    views = " + ".join(f"{name} {rate:g}" if name not in ("none", "shuffle", "simcse") else name for name, rate in stage.views)
     if rank == 0:
-        print(f"ConSERT {stage}: {len(inputs)} {what}, {steps} steps of {args.batch_size} on {world} x {device}"
-              f"{' (plain path)' if args.plain else ''}; saving to {out}")
+        print(f"ConSERT {stage.kind}: {len(inputs)} {what}, {steps} steps of {args.batch_size} at lr {stage.lr:g}"
+              f"{f', views {views}' if stage.kind != 'sup' else ''}, encoder dropout {'on' if stage.dropout else 'off'}"
+              f", on {world} x {device}{' (plain path)' if args.plain else ''}; saving to {out}")
     progress = train.train(encoder, objective, loader, settings, device)
     if progress["best"] is not None and rank == 0:
         print(f"best STS-b dev Spearman {progress['best']:.2f}: encoder saved to {out / 'best'}")
@@ -478,29 +584,29 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     device = train.device_for(args.device)
-    stages = args.strategy.split("-")  # e.g. "joint-unsup": joint on NLI, then contrastive on the corpus
     # read every input first: bad input stops the run before any model is loaded or any file is written
     if args.eval_data:
         from evaluate import missing_file
 
         if problem := missing_file("stsb-dev", Path(args.eval_data)):
             raise data.CorpusError(f"--eval-data: {problem}")
-    nli = data.read_nli(args.nli, args.bad_lines) if args.nli and stages != ["unsup"] else None
+    kinds = args.strategy.split("-")  # e.g. "joint-unsup": joint on NLI, then contrastive on the corpus
+    nli = data.read_nli(args.nli, args.bad_lines) if kinds != ["unsup"] else None
     corpus = None
-    if "unsup" in stages:
+    if "unsup" in kinds:
         corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else data.read_corpus(args.corpus, args.bad_lines)
     train.check_out_folder(out, args.resume, args.overwrite)
     train.init_distributed()
     torch.manual_seed(args.seed)
     model_dir = args.model or default_model_path()
-    folders = [out / "stage1", out] if len(stages) == 2 else [out]
-    for stage, folder in zip(stages, folders):
+    folders = [out / "stage1", out] if len(kinds) == 2 else [out]
+    for stage, folder in zip(stages(args), folders):
         if folder != out and train.finished(folder):
-            print(f"stage 1 ({stage}) already finished in {folder}; continuing with stage 2")
+            print(f"stage 1 ({stage.kind}) already finished in {folder}; continuing with stage 2")
         else:
             resume = args.resume and (folder / "checkpoint").exists()
-            run_stage(stage, model_dir, folder, resume, nli if stage != "unsup" else corpus, args, device)
-        model_dir = folder / "model"
+            run_stage(stage, model_dir, folder, resume, corpus if stage.kind == "unsup" else nli, args, device)
+        model_dir = folder / "best" if (folder / "best").exists() else folder / "model"
     if train.world_rank() == 0:
         print(f"done: encoder saved to {out / 'model'} (mean pooling)")
     return 0

@@ -424,7 +424,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tasks", default="all",
                         help=f"comma-separated: all, {', '.join(TASKS)}, rerank:PATH")
     parser.add_argument("--data-dir", help="evaluation data (default: $EVAL_DATA_DIR, else data/ here)")
-    parser.add_argument("--pooling", choices=["cls", "mean", "max"], help="default: the model folder's own")
+    parser.add_argument("--pooling", choices=["cls", "mean", "max", "last2-mean"],
+                        help="default: the model folder's own; last2-mean = the average of the mean-pooled last two "
+                             "layers, ConSERT's official evaluation")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per encoder pass")
     parser.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...")
     parser.add_argument("--plain", action="store_true", help="encode with the plain model.py code instead of fast.py's")

@@ -284,7 +284,10 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch
     raise ValueError(f"unknown pooling '{mode}' (choose cls, mean or max)")
 
 
-POOLING_MODES = ("cls", "mean", "max")
+POOLING_MODES = ("cls", "mean", "max")  # what a sentence-transformers folder can say (1_Pooling/config.json)
+# The official ConSERT evaluation pools the average of the last two layers ("last2avg"): an evaluation-time
+# choice of SentenceEncoder, which a sentence-transformers folder cannot express.
+LAST2_MEAN = "last2-mean"
 
 
 # ----------------------------------------------------------------------------
@@ -495,8 +498,8 @@ class SentenceEncoder(nn.Module):
     def __init__(self, bert: Bert, tokenizer: Tokenizer, pooling: str = "mean", max_length: int = 256,
                  source: Path | None = None):
         super().__init__()
-        if pooling not in POOLING_MODES:
-            raise ValueError(f"unknown pooling '{pooling}' (choose {', '.join(POOLING_MODES)})")
+        if pooling not in (*POOLING_MODES, LAST2_MEAN):
+            raise ValueError(f"unknown pooling '{pooling}' (choose {', '.join(POOLING_MODES)} or {LAST2_MEAN})")
         self.bert, self.tokenizer, self.pooling, self.max_length = bert, tokenizer, pooling, max_length
         self.source = source  # folder we were loaded from: its tokenizer files travel with save_pretrained
 
@@ -519,6 +522,9 @@ class SentenceEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw) -> torch.Tensor:
         """(B, L) ids and mask -> (B, d) sentence vectors."""
+        if self.pooling == LAST2_MEAN:  # mean-pool each of the last two layers, average the two
+            *_, second_last, last = self.bert(input_ids, attention_mask, all_layers=True, **kw)  # (B, L, d) each
+            return (pool(second_last, attention_mask, "mean") + pool(last, attention_mask, "mean")) / 2
         return pool(self.bert(input_ids, attention_mask, **kw), attention_mask, self.pooling)
 
     @torch.inference_mode()
@@ -540,6 +546,8 @@ class SentenceEncoder(nn.Module):
     def save_pretrained(self, out_dir: str | Path) -> None:
         """A folder that transformers.AutoModel and sentence_transformers.SentenceTransformer load.
         Written to a temporary folder first and then renamed: a crash never leaves half a model."""
+        if self.pooling == LAST2_MEAN:
+            raise ValueError(f"a sentence-transformers folder cannot express {LAST2_MEAN} pooling; save with another")
         with atomic_dir(Path(out_dir)) as tmp:
             state = {to_hf_name(n): p for n, p in self.bert.named_parameters() if not n.startswith("mlm_head.")}
             write_safetensors(state, tmp / "model.safetensors")

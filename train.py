@@ -28,7 +28,6 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 import data
@@ -161,7 +160,7 @@ def global_mean(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
 
 
 def gather_with_local_grad(x: torch.Tensor) -> torch.Tensor:
-    """Every process's rows of `x` (N_r, d), concatenated in rank order (on one process: x). Only this
+    """Every process's rows of `x` (N_r, ...), concatenated in rank order (on one process: x). Only this
     process's rows carry gradient; each differentiates its own part (see global_mean). Shares may differ by one."""
     if world_size() == 1:
         return x
@@ -169,7 +168,8 @@ def gather_with_local_grad(x: torch.Tensor) -> torch.Tensor:
     dist.all_gather(sizes, torch.tensor([len(x)], device=x.device))
     longest = int(max(sizes))
     parts = [torch.empty(longest, *x.shape[1:], dtype=x.dtype, device=x.device) for _ in sizes]
-    dist.all_gather(parts, F.pad(x.detach(), (0, 0, 0, longest - len(x))))  # all_gather needs equal shapes
+    padded = torch.cat([x.detach(), x.new_zeros(longest - len(x), *x.shape[1:])])  # all_gather needs equal shapes
+    dist.all_gather(parts, padded)
     parts = [part[: int(n)] for part, n in zip(parts, sizes)]
     parts[dist.get_rank()] = x
     return torch.cat(parts)
@@ -409,7 +409,7 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace, positi
         if value is not None and value < 1:
             p.error(f"{flag(name)} must be at least 1 (got {value})")
     for name in ratios:
-        if not 0.0 <= getattr(args, name) < 1.0:
+        if getattr(args, name) is not None and not 0.0 <= getattr(args, name) < 1.0:
             p.error(f"{flag(name)} must be in [0, 1) (got {getattr(args, name)})")
     if args.workers is not None and args.workers < 0:
         p.error(f"--workers must be 0 or more (got {args.workers})")

@@ -355,7 +355,7 @@ def job_encode_theirs(spec: dict, work: dict, device: torch.device) -> dict:
 
 def job_consert_ours(spec: dict, work: dict, device: torch.device, plain: bool = False) -> dict:
     """Our ConSERT objective with consert.py's defaults for unlabelled sentences (views feature cutoff 0.2 and
-    token shuffle, temperature 0.1, encoder dropout off, its batching); batches of TRAIN_BATCH, max length 75."""
+    token shuffle, temperature 0.1, encoder dropout off, plain shuffled batches); batches of TRAIN_BATCH, max length 75."""
     import consert
 
     torch.manual_seed(SEED)
@@ -367,8 +367,7 @@ def job_consert_ours(spec: dict, work: dict, device: torch.device, plain: bool =
     objective = objective.to(device).train()
     optimizer = train.make_optimizer(objective, train.TrainSettings(out=Path("."), steps=1, lr=LR), device)
     ids = work["consert_ids"]
-    bucketing = not consert.parse_args(["--corpus", "unused"]).no_bucketing
-    order = data.BucketBatchSampler([len(s) for s in ids], TRAIN_BATCH, seed=SEED, bucketing=bucketing).batches(0)
+    order = data.BucketBatchSampler([len(s) for s in ids], TRAIN_BATCH, seed=SEED, bucketing=False).batches(0)
 
     def collated(batch_list):
         for b in batch_list:

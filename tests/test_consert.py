@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import consert
 import data
+import train
 from consert import ConSERTLoss, View, nt_xent
 from model import SentenceEncoder, pool
 
@@ -57,7 +58,8 @@ def objective(encoder: SentenceEncoder, view1=("none", 0.0), view2=("none", 0.0)
 
 
 def collate(ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    return {"input_ids": ids, "attention_mask": mask}
+    keys = consert.sentence_keys([row[m.bool()].tolist() for row, m in zip(ids, mask)])
+    return {"input_ids": ids, "attention_mask": mask, "sentence_keys": keys}
 
 
 # ---------------------------------------------------------------- views on the real MiniLM weights
@@ -172,16 +174,19 @@ def test_switch_off_dropout_leaves_the_saved_config_alone(minilm, tmp_path):
 # ---------------------------------------------------------------- NT-Xent
 
 
-def nt_xent_double_loop(z1: torch.Tensor, z2: torch.Tensor, t: float) -> float:
-    """The textbook definition, one item at a time, in float64."""
+def nt_xent_double_loop(z1: torch.Tensor, z2: torch.Tensor, t: float, same: torch.Tensor | None = None) -> float:
+    """The textbook definition, one item at a time, in float64; candidates that are copies of the item's
+    sentence (same[i, j]) are left out, except its own other view."""
     z1, z2 = F.normalize(z1.double(), dim=-1), F.normalize(z2.double(), dim=-1)
     N, total = len(z1), 0.0
+    same = torch.eye(N, dtype=torch.bool) if same is None else same
     for anchors, others in ((z1, z2), (z2, z1)):
         direction = 0.0
         for i in range(N):
-            candidates = [others[j] for j in range(N)] + [anchors[k] for k in range(N) if k != i]  # 2N-1
+            candidates = [others[i]] + [others[j] for j in range(N) if not same[i, j]] \
+                + [anchors[k] for k in range(N) if not same[i, k]]
             scores = [float(anchors[i] @ c) / t for c in candidates]
-            direction += -(scores[i] - math.log(sum(math.exp(s) for s in scores)))  # positive: others[i]
+            direction += -(scores[0] - math.log(sum(math.exp(s) for s in scores)))  # positive: others[i]
         total += direction / N
     return total
 
@@ -212,7 +217,7 @@ def test_adversarial_view_raises_the_supervised_loss_and_has_the_given_norm(mini
     v = obj.encode(b["hypothesis_ids"], View(b["hypothesis_mask"])).detach()
 
     def supervised_loss(u):
-        return F.cross_entropy(obj.classifier(torch.cat([u, v, (u - v).abs()], -1)), b["labels"])
+        return F.cross_entropy(obj.classifier(torch.cat(obj.nli_features(u, v), -1)), b["labels"])
 
     u, x = obj.plain_pass(b["premise_ids"], premise_mask)  # x: the premises' embedding output
     loss = supervised_loss(u)
@@ -250,7 +255,8 @@ def test_last_two_layers_mean_equals_hf_hidden_states(minilm, hf_minilm, sts_sen
     with torch.no_grad():
         states = hf_minilm(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
     expected = (pool(states[-1], mask, "mean") + pool(states[-2], mask, "mean")) / 2
-    ours = consert.LastTwoLayersMean(on_path(minilm)).encode(sts_sentences[:8])
+    encoder = on_path(minilm)
+    ours = SentenceEncoder(encoder.bert, encoder.tokenizer, "last2-mean", 64).encode(sts_sentences[:8])
     torch.testing.assert_close(ours, expected, atol=2e-5, rtol=1e-4)
     assert minilm.training  # encode() gives the training mode back
 
@@ -321,7 +327,8 @@ def test_tiny_model_lowers_the_contrastive_loss(tiny_model_dir, small_corpus, tm
 
 @pytest.mark.parametrize("strategy", ["sup", "joint", "sup-unsup", "joint-unsup"])
 def test_fusion_strategies_train_on_sick(strategy, tiny_model_dir, small_corpus, data_dir, tmp_path):
-    views = ["--view1", "none", "--view2", "adversarial"] if strategy == "joint-unsup" else []  # FGV: NLI, then not
+    views = ["--nli-view2", "adversarial", "--view1", "none", "--view2", "adversarial"]  # FGV: on NLI, then without
+    views = views if strategy == "joint-unsup" else []
     consert.main(["--strategy", strategy, "--nli", str(data_dir / "sick" / "SICK_train.txt"), "--corpus",
                   str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--nli-steps", 3, "--steps", 2, *views)])
     if "-" in strategy:  # stage 1 on NLI into OUT/stage1, stage 2 contrastive from its model into OUT
@@ -338,14 +345,16 @@ def test_fusion_strategies_train_on_sick(strategy, tiny_model_dir, small_corpus,
 
 def test_joint_loss_is_supervised_plus_weighted_contrastive(tiny_model_dir, data_dir):
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean")
-    pairs = data.read_nli(data_dir / "sick" / "SICK_trial.txt")[:6]
+    pairs = data.read_nli(data_dir / "sick" / "SICK_trial.txt")[6:12]  # pairs 8 and 11: the same premise
     b = consert.collate_nli([consert.NLIDataset(pairs, encoder.tokenizer, 64)[(0, i)] for i in range(6)])
     joint = objective(encoder, ("none", 0), ("none", 0), nli_classes=3, joint=True, cl_weight=0.5)
     sup = objective(encoder, nli_classes=3)
     sup.classifier = joint.classifier
     with torch.no_grad():
         plain = [joint.encode(b[f"{side}_ids"], View(b[f"{side}_mask"])) for side in ("premise", "hypothesis")]
-        cl = nt_xent(plain[0], plain[0], 0.1) + nt_xent(plain[1], plain[1], 0.1)
+        same = [b[f"{side}_keys"][:, None] == b[f"{side}_keys"][None, :] for side in ("premise", "hypothesis")]
+        assert same[0].sum() > 6  # SICK repeats premises: the masking of copies is part of the check
+        cl = nt_xent(plain[0], plain[0], 0.1, same[0]) + nt_xent(plain[1], plain[1], 0.1, same[1])
         torch.testing.assert_close(joint(b), sup(b) + 0.5 * cl)
 
 
@@ -388,7 +397,8 @@ def test_eval_data_keeps_the_best_dev_checkpoint(tiny_model_dir, small_corpus, d
 
     best = SentenceEncoder.from_pretrained(tmp_path / "best")
     assert best.pooling == "mean"  # saved with plain mean pooling; last2-mean is applied at evaluation only
-    assert abs(stsb_dev_spearman(consert.LastTwoLayersMean(best), data_dir) - scores[0]) < 1e-6
+    last2 = SentenceEncoder(best.bert, best.tokenizer, "last2-mean", best.max_length)
+    assert abs(stsb_dev_spearman(last2, data_dir) - scores[0]) < 1e-6
     final = SentenceEncoder.from_pretrained(tmp_path / "model")
     assert not torch.equal(final.bert.layers[0].ffn.up.weight, best.bert.layers[0].ffn.up.weight)
 
@@ -445,3 +455,112 @@ def test_cli_on_default_model_writes_a_sentence_transformers_model(tmp_path, sts
     st = SentenceTransformer(str(tmp_path / "out" / "model"), device="cpu")
     theirs = st.encode(sts_sentences, convert_to_tensor=True)
     assert F.cosine_similarity(ours.encode(sts_sentences), theirs).min() >= 0.99999
+
+
+# ---------------------------------------------------------------- as the official code trains (yym6472/ConSERT)
+
+
+def test_default_batches_are_a_uniform_shuffle_not_length_buckets(tiny_model_dir, data_dir):
+    """The official loader is DataLoader(shuffle=True): within a batch, sentence lengths spread as in a random
+    draw. Length buckets (--bucketing) make the batch's sentences nearly equal in length."""
+    sentences = consert.sts_corpus(data_dir)[:4800]
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
+    lengths = torch.tensor(data.token_lengths(encoder.tokenizer, sentences, 64), dtype=torch.float)
+
+    def mean_spread(batches) -> float:  # the mean over batches of (longest - shortest) sentence
+        return sum(float(lengths[b].max() - lengths[b].min()) for b in batches) / len(batches)
+
+    spreads = {}
+    for name, argv in (("default", []), ("bucketing", ["--bucketing"])):
+        args = consert.parse_args(["--corpus", "x", *argv])
+        loader = consert.make_loader(consert.stages(args)[0], sentences, encoder, args, torch.device("cpu"))
+        spreads[name] = mean_spread([[i for _, i in keys] for keys in loader.batch_sampler])
+    shuffled = torch.randperm(len(sentences), generator=torch.Generator().manual_seed(0)).split(96)
+    spreads["random"] = mean_spread([b.tolist() for b in shuffled])
+    assert abs(spreads["default"] - spreads["random"]) < 0.1 * spreads["random"], spreads
+    assert spreads["bucketing"] < 0.1 * spreads["default"], spreads
+
+
+def test_a_copy_of_a_sentence_in_the_batch_is_not_its_negative(minilm, sts_sentences):
+    """nt_xent leaves a sentence's copies out of its candidates: with sentence 3 repeated as sentence 0 the loss
+    equals the double loop without those pairs. The objective finds copies by their token ids (sentence_keys)."""
+    torch.manual_seed(4)
+    z1, z2 = torch.randn(6, 16), torch.randn(6, 16)
+    z1[3], z2[3] = z1[0] + 0.1 * torch.randn(16), z2[0] + 0.1 * torch.randn(16)  # its views differ, as views do
+    same = torch.eye(6, dtype=torch.bool)
+    same[0, 3] = same[3, 0] = True
+    expected = nt_xent_double_loop(z1, z2, 0.1, same)
+    assert abs(nt_xent(z1, z2, 0.1, same).item() - expected) < 1e-5 * expected
+    assert abs(nt_xent(z1, z2, 0.1).item() - expected) > 1e-3  # without the mask the copy is a negative
+
+    ids, mask = data.pad(data.tokenize(minilm.tokenizer, sts_sentences[:5] + sts_sentences[:1], 64), pad_id=0)
+    batch = collate(ids, mask)
+    keys = batch["sentence_keys"]
+    assert keys[0] == keys[5] and len(set(keys[:5].tolist())) == 5
+    obj = objective(minilm, ("none", 0), ("none", 0), cl_weight=1.0)  # dropout off: both views equal
+    with torch.no_grad():
+        z = obj.encode(ids, View(mask))
+        assert torch.isclose(obj(batch), nt_xent(z, z, 0.1, keys[:, None] == keys[None, :]))
+        assert not torch.isclose(obj(batch), nt_xent(z, z, 0.1))
+
+
+@pytest.mark.parametrize("strategy, expected", [
+    ("unsup", [("unsup", (("feature_cutoff", 0.2), ("shuffle", 0.0)), 5e-7, 10, False, 10)]),
+    ("sup", [("sup", (("none", 0.0), ("token_cutoff", 0.1)), 2e-5, 1, True, 0)]),
+    ("joint", [("joint", (("none", 0.0), ("token_cutoff", 0.1)), 2e-5, 1, True, 0)]),
+    ("sup-unsup", [("sup", (("none", 0.0), ("token_cutoff", 0.1)), 2e-5, 1, True, 0),
+                   ("unsup", (("none", 0.0), ("feature_cutoff", 0.1)), 5e-7, 25, True, 10)]),
+    ("joint-unsup", [("joint", (("none", 0.0), ("token_cutoff", 0.1)), 2e-5, 1, True, 0),
+                     ("unsup", (("none", 0.0), ("shuffle", 0.0)), 5e-7, 25, True, 10)]),
+])
+def test_each_strategy_gets_the_official_scripts_settings(strategy, expected):
+    """scripts/{unsup,sup-sbert,sup-consert-joint,...}-base.sh of yym6472/ConSERT: views, lr, epochs, BERT's
+    dropout (on unless --no_dropout, which only the unsupervised script passes), early-stopping patience."""
+    argv = ["--strategy", strategy] + (["--nli", "x"] if strategy != "unsup" else []) \
+        + (["--corpus", "y"] if "unsup" in strategy else [])
+    got = [(s.kind, s.views, s.lr, s.epochs, s.dropout, s.patience) for s in consert.stages(consert.parse_args(argv))]
+    assert got == expected
+    args = consert.parse_args(argv)
+    assert args.nli_features == "u,v,|u-v|,max(u,v)^2" and not args.bucketing
+    assert consert.stages(consert.parse_args(argv + ["--encoder-dropout", "off", "--nli-encoder-dropout", "off"
+                                                     ]))[-1].dropout is False
+
+
+def test_nli_classifier_reads_u_v_abs_difference_and_max_squared(tiny_model_dir, data_dir):
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean")
+    pairs = data.read_nli(data_dir / "sick" / "SICK_trial.txt")[:4]
+    b = consert.collate_nli([consert.NLIDataset(pairs, encoder.tokenizer, 64)[(0, i)] for i in range(4)])
+    d = encoder.bert.cfg.hidden_size
+    for features, width in (("u,v,|u-v|,max(u,v)^2", 4 * d), ("u,v,|u-v|", 3 * d)):
+        obj = objective(encoder, nli_classes=3, nli_features=features).eval()
+        assert obj.classifier.in_features == width
+        with torch.no_grad():
+            u, v = (obj.encode(b[f"{side}_ids"], View(b[f"{side}_mask"])) for side in ("premise", "hypothesis"))
+            x = torch.cat([u, v, (u - v).abs()] + ([torch.maximum(u, v) ** 2] if width == 4 * d else []), dim=-1)
+            torch.testing.assert_close(obj(b), F.cross_entropy(obj.classifier(x), b["labels"]))
+
+
+def test_stage_two_trains_with_its_own_settings_from_stage_one(tiny_model_dir, small_corpus, data_dir, tmp_path):
+    consert.main(["--strategy", "sup-unsup", "--nli", str(data_dir / "sick" / "SICK_trial.txt"), "--corpus",
+                  str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--nli-steps", 10, "--steps", 10)])
+    peak = lambda folder: max(record["lr"] for record in log(folder))
+    assert peak(tmp_path / "stage1") == pytest.approx(2e-5) and peak(tmp_path) == pytest.approx(5e-7)
+
+
+def test_early_stopping_after_patience_evaluations_without_a_better_score(tiny_model_dir, small_corpus, tmp_path):
+    scores = iter([50.0, 52.0, 51.0, 51.5, 60.0, 70.0])  # best at the 2nd evaluation, then 2 worse ones
+
+    def eval_fn(encoder):
+        return next(scores)
+
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
+    obj = objective(encoder, ("shuffle", 0.0), ("feature_cutoff", 0.2))
+    args = consert.parse_args(["--corpus", str(small_corpus), "--batch-size", "4"])
+    loader = consert.make_loader(consert.stages(args)[0], data.read_corpus(small_corpus), encoder, args,
+                                 torch.device("cpu"))
+    settings = train.TrainSettings(out=tmp_path, steps=100, lr=1e-4, eval_every=2, eval_fn=eval_fn, keep_best=True,
+                                   patience=2)
+    progress = train.train(encoder, obj, loader, settings, torch.device("cpu"))
+    assert progress["step"] == 8 and progress["best"] == 52.0 and progress["done"]
+    assert [r["eval"] for r in log(tmp_path) if "eval" in r] == [50.0, 52.0, 51.0, 51.5]
+    assert train.finished(tmp_path) and (tmp_path / "best").exists()

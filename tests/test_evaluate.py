@@ -256,3 +256,21 @@ def test_stsb_test_matches_sentence_transformers(minilm_encoder, minilm_path, da
     theirs = 100 * evaluator(SentenceTransformer(minilm_path, device="cpu"))["sts-test_spearman_cosine"]
     assert abs(ours["test"] - theirs) < 0.05, (ours["test"], theirs)
     assert 80 < ours["test"] < 85  # all-MiniLM-L6-v2's published STSb test score is 82.03
+
+
+def test_last2_mean_pooling_from_the_command_line(tiny_model_dir, data_dir, tmp_path, sts_sentences):
+    """evaluate.py --pooling last2-mean (ConSERT's official evaluation) scores the average of the mean-pooled last
+    two layers; the same pooling cannot be saved as a sentence-transformers folder."""
+    from model import SentenceEncoder
+
+    out = tmp_path / "scores.json"
+    assert ev.main(["--model", str(tiny_model_dir), "--pooling", "last2-mean", "--tasks", "stsb-dev",
+                    "--data-dir", str(data_dir), "--json", str(out), "--device", "cpu"]) == 0
+    scores = json.loads(out.read_text())
+    assert scores["pooling"] == "last2-mean"
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="last2-mean")
+    assert scores["stsb-dev"] == pytest.approx(ev.stsb_dev_spearman(encoder, data_dir), abs=1e-9)
+    assert scores["stsb-dev"] != pytest.approx(ev.stsb_dev_spearman(SentenceEncoder.from_pretrained(
+        tiny_model_dir, pooling="mean"), data_dir), abs=1e-3)
+    with pytest.raises(ValueError, match="cannot express last2-mean"):
+        encoder.save_pretrained(tmp_path / "m")
