@@ -4,15 +4,15 @@ each sentence apart from the other sentences of the batch.
     sentence --embedding layer--> view 1 (e.g. feature cutoff) --Transformer layers--> mean pool --+
     sentence --embedding layer--> view 2 (e.g. token shuffle)  --Transformer layers--> mean pool --+-- NT-Xent
 
-The views are made AT THE EMBEDDING LAYER (§3.2): the input words stay the same, only the position ids
+The views are made AT THE EMBEDDING LAYER (§3.3): the input words stay the same, only the position ids
 or the embedding-layer output change. `model.Bert.forward` offers the two hooks this needs
 (`position_ids`, `embedding_hook`); the views themselves live here. With NLI labels the contrastive loss
-can be fused with a supervised classifier (§3.3: joint, sup-unsup, joint-unsup).
+can be fused with a supervised classifier (§3.4: joint, sup-unsup, joint-unsup).
 
 Read top to bottom:
-  1. the views (§3.2)                  shuffle, token / feature cutoff, span, dropout, adversarial (FGV)
-  2. the contrastive loss (§3.1)       nt_xent
-  3. the objective (§3, §3.3)          ConSERTLoss: encode view 1, encode view 2, NT-Xent (+ NLI classifier)
+  1. the views (§3.3)                  shuffle, token / feature cutoff, span, dropout, adversarial (FGV)
+  2. the contrastive loss (§3.2)       nt_xent
+  3. the objective (§3.2, §3.4)        ConSERTLoss: encode view 1, encode view 2, NT-Xent (+ NLI classifier)
   4. the data                          sentences, NLI pairs, the official STS training set
   5. the command line                  python consert.py --corpus sentences.txt
 """
@@ -34,7 +34,7 @@ import train
 from model import MultiHeadAttention, SentenceEncoder, default_model_path, pool
 
 # ----------------------------------------------------------------------------
-# 1. Views (§3, §4.3): how one encoder pass of a sentence differs from a plain one
+# 1. Views (§3.3): how one encoder pass of a sentence differs from a plain one
 
 
 @dataclass
@@ -123,7 +123,7 @@ VIEW_NAMES = [*VIEWS, "adversarial"]
 
 
 def fgv_perturbation(loss: torch.Tensor, embedding_output: torch.Tensor, norm: float) -> torch.Tensor:
-    """Adversarial view, Fast Gradient Value (§3): r = norm * g / ||g|| per token, g = d loss / d embedding output.
+    """Adversarial view, Fast Gradient Value (§3.3): r = norm * g / ||g|| per token, g = d loss / d embedding output.
     Added to the embedding output, r moves every token by `norm` in the direction that raises `loss` fastest
     (to first order). Padding rows have g = 0 and get r = 0. r is a constant: no gradient flows through it."""
     (g,) = torch.autograd.grad(loss, embedding_output, retain_graph=True)  # (B, L, d)
@@ -131,7 +131,7 @@ def fgv_perturbation(loss: torch.Tensor, embedding_output: torch.Tensor, norm: f
 
 
 # ----------------------------------------------------------------------------
-# 2. The contrastive loss (§3): NT-Xent, as the official code computes it
+# 2. The contrastive loss (§3.2): NT-Xent, as the official code computes it
 
 
 # Exercise 8 (ASSIGNMENTS.md)

@@ -27,7 +27,7 @@ class CorpusError(Exception):
 
 
 def progress(items: Iterable, **kw) -> tqdm:
-    """A tqdm bar (only on a terminal unless disable=False is given)."""
+    """A tqdm bar, shown only on a terminal (disable=True: never)."""
     return tqdm(items, dynamic_ncols=True, mininterval=0.5, **{"disable": None, **kw})
 
 
@@ -115,9 +115,9 @@ def read_corpus(path: str | Path, bad_bytes: str = "error") -> list[str]:
 class BucketBatchSampler:
     """Yields, step by step, this process's share of each batch: a list of (epoch, corpus index) keys.
 
-    Each epoch: shuffle the corpus, cut it into pools of `pool_batches` batches, sort each pool by
-    length, cut the pool into batches, then shuffle the order of all batches. Sentences in a batch
-    have similar lengths (little padding) but which sentences meet is still random.
+    Each epoch: shuffle the corpus and cut it into batches. With `bucketing`, first cut the shuffled corpus
+    into pools of `pool_batches` batches and sort each pool by length, then shuffle the order of all
+    batches: sentences in a batch have similar lengths (little padding), though which meet is still random.
     The order depends only on (seed, epoch), so a resumed run can skip exactly the batches it has seen.
     With several processes (`rank` of `world_size`), `batch_size` is the GLOBAL batch: each process
     takes every world_size-th sentence of it, so N processes see exactly what one process would.
@@ -168,7 +168,7 @@ class BucketBatchSampler:
 def make_loader(dataset: torch.utils.data.Dataset, lengths: Sequence[int], collate: Callable, pad_id: int,
                 batch_size: int, seed: int, device: torch.device, bucketing: bool = True, workers: int | None = None,
                 rank: int = 0, world_size: int = 1) -> torch.utils.data.DataLoader:
-    """A DataLoader over length-bucketed batches (BucketBatchSampler) of `dataset`, whose items are built
+    """A DataLoader over shuffled (with `bucketing`, length-bucketed) batches of `dataset`, whose items are built
     (tokenised, damaged) in `workers` background processes: by default 2 on CUDA, none on CPU, where the
     two would compete with the model for the cores. Pinned memory on CUDA for non_blocking copies."""
     sampler = BucketBatchSampler(lengths, batch_size, seed=seed, bucketing=bucketing, rank=rank, world_size=world_size)

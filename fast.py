@@ -252,6 +252,7 @@ def tsdae(objective: nn.Module) -> TSDAELoss:
 
 
 def consert(objective: nn.Module) -> nn.Module:
-    """The fast version of a consert.ConSERTLoss: its encoder with PackedBert."""
+    """The fast version of a consert.ConSERTLoss: its encoder with PackedBert (for batches that hold padding:
+    consert.py leaves it out with --bucketing)."""
     sentence_encoder(objective.encoder)
     return objective

@@ -536,7 +536,7 @@ class SentenceEncoder(nn.Module):
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))  # longest first: a too-big batch fails early
         out = torch.empty(len(ids), self.bert.cfg.hidden_size)
         batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-        for batch in data.progress(batches, desc="encode", disable=not show_progress):
+        for batch in data.progress(batches, desc="encode", disable=None if show_progress else True):  # None: on a terminal
             input_ids, mask = data.pad([ids[i] for i in batch], self.bert.cfg.pad_token_id, data.pad_multiple(self.device))
             input_ids, mask = input_ids.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
             out[batch] = self(input_ids, mask).float().cpu()

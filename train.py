@@ -318,6 +318,8 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
             progress["done"] = progress["step"] >= s.steps or stop_early(s, progress)
     except KeyboardInterrupt:
         shown.close()
+        for sig in previous_handlers:  # saving takes a second: a further Ctrl-C must not break it off
+            signal.signal(sig, signal.SIG_IGN)
         if main_process:
             save_checkpoint()
             encoder.save_pretrained(s.out / "model")

@@ -223,6 +223,8 @@ class TSDAELoss(nn.Module):
 
     # Exercise 5 (ASSIGNMENTS.md)
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """batch: damaged_ids, damaged_mask (B, Ld) and original_ids, original_mask (B, Lo), 1 = real token.
+        Returns the reconstruction loss of the batch, normalised as self.normalisation says (a scalar)."""
         # §3.1: the encoder reads the DAMAGED sentence and gives one vector per sentence
         sentence_vec = self.encoder(batch["damaged_ids"], batch["damaged_mask"])  # (B, d)
         # teacher forcing: read the original up to t, predict token t+1 ([CLS] a b -> a b [SEP])

@@ -15,17 +15,15 @@ run() {  # run NAME COMMAND...: time one command, keep its output
     python -c "print(round($e-$s,1))" > "runs/$name.time"
     echo "$name rc=$rc $(cat runs/$name.time)s" | tee -a runs/progress.log
 }
-# CPU time boxes: some runs are stopped after a wall budget (`timeout 150`); on SIGTERM the trainer saves
-# runs/<name>/checkpoint/encoder, which is what gets scored (enc() picks model/ when the run finished, else
-# that checkpoint). The steps reached are in runs/<name>/log.jsonl and in EXPERIMENTS.md; on a faster
-# machine a box may reach --steps and finish.
-enc() {  # the finished model, unless a later interrupted run left a newer checkpoint
-    if [ -d "runs/$1/model" ] && [ "runs/$1/model" -nt "runs/$1/checkpoint" ]; then echo "runs/$1/model"
-    else echo "runs/$1/checkpoint/encoder"; fi
+# CPU time boxes: some runs are stopped after a wall budget (`timeout 150`); on SIGTERM the trainer finishes
+# its step and saves runs/<name>/model (and checkpoint/), which is what gets scored. The steps reached are in
+# runs/<name>/log.jsonl and in EXPERIMENTS.md; on a faster machine a box may reach --steps and finish.
+enc() {  # the model a run left (finished, or stopped by its time box)
+    echo "runs/$1/model"
 }
 ev() {  # ev NAME MODEL TASKS [--pooling P]
     local name=$1 model=$2 tasks=$3; shift 3
-    run "eval_$name" python evaluate.py --model "$model" --tasks "$tasks" --json "runs/eval_$name.json" "$@"
+    run "eval_$name" python evaluate.py --model "$model" --tasks "$tasks" --data-dir "$DATA" --json "runs/eval_$name.json" "$@"
 }
 
 data() {
@@ -53,15 +51,15 @@ exp1() {  # from the raw masked-LM bert-mini on the STS sentences, scored on STS
     exp1_tsdae; exp1_consert; exp1_simcse
 }
 exp1_tsdae() {
-    run tsdae_mini_lr1e-4 python tsdae.py --corpus runs/sts_sentences.txt --model $MINI --steps 516 --lr 1e-4 --save-every 0 --out runs/tsdae_mini_lr1e-4
+    run tsdae_mini_lr1e-4 python tsdae.py --corpus runs/sts_sentences.txt --model $MINI --steps 516 --lr 1e-4 --save-every 0 --overwrite --out runs/tsdae_mini_lr1e-4
     ev tsdae_mini_lr1e-4 runs/tsdae_mini_lr1e-4/model stsb
 }
 exp1_consert() {
-    run consert_mini python consert.py --corpus runs/sts_sentences.txt --model $MINI --steps 100 --batch-size 96 --lr 2e-5 --temperature 0.05 --save-every 0 --out runs/consert_mini
+    run consert_mini python consert.py --corpus runs/sts_sentences.txt --model $MINI --steps 100 --batch-size 96 --lr 2e-5 --temperature 0.05 --save-every 0 --overwrite --out runs/consert_mini
     ev consert_mini $(enc consert_mini) stsb
 }
 exp1_simcse() {
-    run simcse_mini timeout 150 python consert.py --corpus runs/sts_sentences.txt --model $MINI --view1 simcse --view2 simcse --encoder-dropout on --steps 100 --batch-size 64 --lr 3e-5 --temperature 0.05 --save-every 0 --out runs/simcse_mini
+    run simcse_mini timeout 150 python consert.py --corpus runs/sts_sentences.txt --model $MINI --view1 simcse --view2 simcse --encoder-dropout on --steps 100 --batch-size 64 --lr 3e-5 --temperature 0.05 --save-every 0 --overwrite --out runs/simcse_mini
     ev simcse_mini $(enc simcse_mini) stsb
 }
 
@@ -72,23 +70,23 @@ exp2_raw() {
     ev raw_minilm_twitter "" twitterpara   # (empty --model: evaluate.py's default, the shipped MiniLM)
 }
 exp2_tsdae() {
-    run tsdae_minilm_twitter timeout 150 python tsdae.py --corpus runs/twitter_sentences.txt --pooling mean --steps 150 --lr 3e-5 --save-every 0 --out runs/tsdae_minilm_twitter
+    run tsdae_minilm_twitter timeout 150 python tsdae.py --corpus runs/twitter_sentences.txt --pooling mean --steps 150 --lr 3e-5 --save-every 0 --overwrite --out runs/tsdae_minilm_twitter
     ev tsdae_minilm_twitter $(enc tsdae_minilm_twitter) twitterpara
 }
 exp2_consert() {
-    run consert_minilm_twitter timeout 150 python consert.py --corpus runs/twitter_sentences.txt --steps 50 --batch-size 96 --lr 2e-5 --temperature 0.05 --save-every 0 --out runs/consert_minilm_twitter
+    run consert_minilm_twitter timeout 150 python consert.py --corpus runs/twitter_sentences.txt --steps 50 --batch-size 96 --lr 2e-5 --temperature 0.05 --save-every 0 --overwrite --out runs/consert_minilm_twitter
     ev consert_minilm_twitter $(enc consert_minilm_twitter) twitterpara
 }
 
 exp1b() {  # TSDAE at the paper's learning rate
-    run tsdae_mini_lr3e-5 python tsdae.py --corpus runs/sts_sentences.txt --model $MINI --steps 1000 --lr 3e-5 --save-every 0 --out runs/tsdae_mini_lr3e-5
+    run tsdae_mini_lr3e-5 python tsdae.py --corpus runs/sts_sentences.txt --model $MINI --steps 1000 --lr 3e-5 --save-every 0 --overwrite --out runs/tsdae_mini_lr3e-5
     ev tsdae_mini_lr3e-5 runs/tsdae_mini_lr3e-5/model stsb
 }
 
 tsdae_abl() {  # tsdae_abl NOISE RATIO [SEED]: 300 steps of 8 at lr 1e-4 from bert-mini, scored on STS-b dev
     local seed=${3:-0} n=tsdae_abl_$1$2
     [ "$seed" = 0 ] || n=${n}_seed$seed
-    run $n python tsdae.py --corpus runs/sts_sentences.txt --model $MINI --steps 300 --lr 1e-4 --noise $1 --noise-ratio $2 --seed $seed --save-every 0 --out runs/$n
+    run $n python tsdae.py --corpus runs/sts_sentences.txt --model $MINI --steps 300 --lr 1e-4 --noise $1 --noise-ratio $2 --seed $seed --save-every 0 --overwrite --out runs/$n
     ev $n runs/$n/model stsb-dev
 }
 exp3() { exp3_types; exp3_ratios; exp3_seeds; }  # TSDAE noise ablation on bert-mini (paper tables 5 and 6 in miniature)
@@ -98,7 +96,7 @@ exp3_seeds()  { for seed in 1 2; do tsdae_abl delete 0.3 $seed; tsdae_abl delete
 
 consert_abl() {  # consert_abl NAME ARGS...: 80 steps of 96 at lr 2e-5 from bert-mini, scored on STS-b dev
     local n=consert_abl_$1; shift
-    run $n python consert.py --corpus runs/sts_sentences.txt --model $MINI --steps 80 --batch-size 96 --lr 2e-5 --save-every 0 --out runs/$n "$@"
+    run $n python consert.py --corpus runs/sts_sentences.txt --model $MINI --steps 80 --batch-size 96 --lr 2e-5 --save-every 0 --overwrite --out runs/$n "$@"
     ev $n runs/$n/model stsb-dev
 }
 exp4() { exp4_temperatures; exp4_views; }  # ConSERT temperature and view-pair ablation on bert-mini
