@@ -560,9 +560,9 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
     if args.eval_data:
         from evaluate import stsb_dev_spearman
 
-        def eval_fn(enc: SentenceEncoder) -> float:  # the same weights, pooled as --eval-pooling says
-            return stsb_dev_spearman(SentenceEncoder(enc.bert, enc.tokenizer, args.eval_pooling, enc.max_length),
-                                     args.eval_data)
+        # the same weights, pooled as --eval-pooling says
+        eval_fn = lambda enc: stsb_dev_spearman(SentenceEncoder(enc.bert, enc.tokenizer, args.eval_pooling,
+                                                                enc.max_length), args.eval_data)
     # The official optimiser: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up then linear decay, clip 1.0.
     settings = train.TrainSettings(out=out, steps=steps, lr=stage.lr, weight_decay=0.01, adam_eps=1e-6,
                                    warmup_ratio=0.1, schedule="linear", grad_clip=1.0, amp=args.amp,

@@ -2,12 +2,10 @@
 the student copy and pass on this solution."""
 import ast
 import os
-from concurrent.futures import ThreadPoolExecutor
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-import pytest
 
 import assignments
 from conftest import DATA_DIR

@@ -1,6 +1,5 @@
 """TSDAE: loss and gradient parity with sentence-transformers (plain and fast path), tying, noise, training, resume,
 bad input."""
-import dataclasses
 import json
 import os
 import random
