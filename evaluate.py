@@ -91,7 +91,8 @@ def missing_file(task: str, data_dir: Path) -> str | None:
         return None if path.is_file() else f"missing re-ranking file {path} (your own jsonl, see evaluate.py)"
     for rel in TASK_FILES[task]:
         if not (data_dir / rel).is_file():
-            return f"missing data file {data_dir / rel}: it belongs to {SOURCES[rel.split('/')[0]]}"
+            return (f"missing data file {data_dir / rel}: it belongs to {SOURCES[rel.split('/')[0]]} "
+                    f"(python evaluate.py --fetch-data {data_dir} downloads the public sets)")
     return None
 
 
