@@ -248,7 +248,7 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
     if s.resume:
         progress.update(load_training_state(ckpt, objective, optimizer), steps=s.steps, done=False)
     world = world_size()
-    main_process = world == 1 or dist.get_rank() == 0
+    main_process = world_rank() == 0
     step_fn = objective
     if world > 1:  # one gradient all-reduce per parameter; a tied weight is one parameter
         step_fn = nn.parallel.DistributedDataParallel(objective, device_ids=[device] if device.type == "cuda" else None)
