@@ -1,9 +1,10 @@
 """Text in, tensors out, for any method: tokenisation, corpus reading, padding, batches, data-set readers.
 
-  tokenize / pad                       WordPiece ids, padded per batch
+  tokenize / pad                       token ids, padded per batch
   read_corpus                          one sentence per line, with clear errors for bad files
+  SentenceDataset, NLIDataset          items of a corpus or of NLI pairs, and their collate functions
   BucketBatchSampler / make_loader     shuffled batches (of similar length), resumable, shardable
-  load_stsb / load_sick / load_sts_year / read_nli
+  load_stsb / load_sick / load_sts_year / read_nli / sts_corpus
                                        the STS and NLI files that training and evaluation both read
 """
 from __future__ import annotations
@@ -62,34 +63,13 @@ def pad(batch: Sequence[Sequence[int]], pad_id: int, multiple: int = 1) -> tuple
 
 
 def read_corpus(path: str | Path, bad_bytes: str = "error") -> list[str]:
-    """Non-blank lines of a UTF-8 text file (UTF-16 with a byte-order mark is converted), stripped.
+    """Non-blank lines of a UTF-8 text file, whitespace-normalised.
 
     bad_bytes: what to do with a line that is not UTF-8: "error" (stop, naming the line),
     "skip" (drop the line) or "replace" (decode with U+FFFD for the bad bytes).
     """
-    path = Path(path)
-    if not path.exists():
-        raise CorpusError(f"corpus file {path} does not exist")
-    if path.is_dir():
-        raise CorpusError(f"corpus {path} is a folder; give a text file with one sentence per line")
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise CorpusError(f"cannot read corpus {path}: {e.strerror}") from None
-    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):  # UTF-16 with its byte-order mark: convert
-        try:
-            raw = raw.decode("utf-16").encode("utf-8")
-        except UnicodeDecodeError:
-            raise CorpusError(f"corpus {path} starts like UTF-16 but is not valid UTF-16; save it as UTF-8") from None
-    raw = raw.removeprefix(codecs.BOM_UTF8)
-    if b"\x00" in raw[:65536]:
-        head = raw[:65536]
-        if max(head[0::2].count(0), head[1::2].count(0)) > 0.4 * len(head) / 2:  # every other byte 0: ASCII in UTF-16
-            raise CorpusError(f"corpus {path} looks like UTF-16 without a byte-order mark; save it as UTF-8 "
-                              "(for example: iconv -f UTF-16LE -t UTF-8)")
-        raise CorpusError(f"corpus {path} looks like a binary file (it contains NUL bytes); give a UTF-8 text file")
     sentences = []
-    for n, line in enumerate(raw.splitlines(), start=1):
+    for n, line in enumerate(read_text_bytes(path).splitlines(), start=1):
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError:
@@ -106,6 +86,87 @@ def read_corpus(path: str | Path, bad_bytes: str = "error") -> list[str]:
     if not sentences:
         raise CorpusError(f"corpus {path} has no non-blank lines")
     return sentences
+
+
+def read_text_bytes(path: str | Path) -> bytes:
+    """The bytes of a text file, with one-line errors for what is not one: a missing file, a folder, a binary
+    file, UTF-16 without a byte-order mark. UTF-16 with its byte-order mark is converted to UTF-8; a UTF-8
+    byte-order mark is dropped."""
+    path = Path(path)
+    if not path.exists():
+        raise CorpusError(f"corpus file {path} does not exist")
+    if path.is_dir():
+        raise CorpusError(f"corpus {path} is a folder; give a text file with one sentence per line")
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise CorpusError(f"cannot read corpus {path}: {e.strerror}") from None
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            raw = raw.decode("utf-16").encode("utf-8")
+        except UnicodeDecodeError:
+            raise CorpusError(f"corpus {path} starts like UTF-16 but is not valid UTF-16; save it as UTF-8") from None
+    raw = raw.removeprefix(codecs.BOM_UTF8)
+    head = raw[:65536]
+    if b"\x00" in head:
+        if max(head[0::2].count(0), head[1::2].count(0)) > 0.4 * len(head) / 2:  # every other byte 0: ASCII in UTF-16
+            raise CorpusError(f"corpus {path} looks like UTF-16 without a byte-order mark; save it as UTF-8 "
+                              "(for example: iconv -f UTF-16LE -t UTF-8)")
+        raise CorpusError(f"corpus {path} looks like a binary file (it contains NUL bytes); give a UTF-8 text file")
+    return raw
+
+
+# ----------------------------------------------------------------------------
+# Data sets: an item is built from its key (epoch, index); the collate function pads a batch of items
+
+
+class SentenceDataset(torch.utils.data.Dataset):
+    """Item (epoch, i) -> token ids of sentence i."""
+
+    def __init__(self, sentences: list[str], tokenizer: Tokenizer, max_length: int):
+        self.sentences, self.tokenizer, self.max_length = sentences, tokenizer, max_length
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def __getitem__(self, key: tuple[int, int]) -> list[int]:
+        return tokenize(self.tokenizer, [self.sentences[key[1]]], self.max_length)[0]
+
+
+def sentence_keys(items: list[list[int]]) -> torch.Tensor:
+    """A number per sentence, equal exactly for identical token sequences (Python's hash of the ids, the same in
+    every process): how ConSERT's NT-Xent recognises a sentence's copies in a batch. (N,) int64"""
+    return torch.tensor([hash(tuple(ids)) for ids in items], dtype=torch.long)
+
+
+def collate_sentences(items: list[list[int]], pad_id: int = 0, multiple: int = 1) -> dict[str, torch.Tensor]:
+    input_ids, attention_mask = pad(items, pad_id, multiple)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "sentence_keys": sentence_keys(items)}
+
+
+class NLIDataset(torch.utils.data.Dataset):
+    """Item (epoch, i) -> (premise ids, hypothesis ids, label id) of pair i (pairs from read_nli)."""
+
+    def __init__(self, pairs: list[tuple[str, str, int]], tokenizer: Tokenizer, max_length: int):
+        self.pairs, self.tokenizer, self.max_length = pairs, tokenizer, max_length
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[list[int], list[int], int]:
+        premise, hypothesis, label = self.pairs[key[1]]
+        p, h = tokenize(self.tokenizer, [premise, hypothesis], self.max_length)
+        return p, h, label
+
+
+def collate_nli(items: list[tuple[list[int], list[int], int]], pad_id: int = 0,
+                multiple: int = 1) -> dict[str, torch.Tensor]:
+    premise_ids, premise_mask = pad([p for p, _, _ in items], pad_id, multiple)
+    hypothesis_ids, hypothesis_mask = pad([h for _, h, _ in items], pad_id, multiple)
+    return {"premise_ids": premise_ids, "premise_mask": premise_mask, "hypothesis_ids": hypothesis_ids,
+            "hypothesis_mask": hypothesis_mask, "labels": torch.tensor([label for _, _, label in items]),
+            "premise_keys": sentence_keys([p for p, _, _ in items]),
+            "hypothesis_keys": sentence_keys([h for _, h, _ in items])}
 
 
 # ----------------------------------------------------------------------------
@@ -165,8 +226,8 @@ class BucketBatchSampler:
             yield [(self.epoch, i) for i in batch[self.rank :: self.world_size]]
 
 
-def make_loader(dataset: torch.utils.data.Dataset, lengths: Sequence[int], collate: Callable, pad_id: int,
-                batch_size: int, seed: int, device: torch.device, bucketing: bool = True, workers: int | None = None,
+def make_loader(dataset: torch.utils.data.Dataset, *, lengths: Sequence[int], collate: Callable, pad_id: int,
+                batch_size: int, seed: int, device: torch.device, bucketing: bool, workers: int | None = None,
                 rank: int = 0, world_size: int = 1) -> torch.utils.data.DataLoader:
     """A DataLoader over shuffled (with `bucketing`, length-bucketed) batches of `dataset`, whose items are built
     (tokenised, damaged) in `workers` background processes: by default 2 on CUDA, none on CPU, where the
@@ -186,6 +247,10 @@ def pad_multiple(device: torch.device) -> int:
     """Round padded lengths up to a multiple of 8 on CUDA (tensor-core friendly shapes). On CPU every
     extra position is pure extra work, so pad only to the longest sentence."""
     return 8 if device.type == "cuda" else 1
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def token_lengths(tokenizer: Tokenizer, sentences: list[str], max_length: int) -> np.ndarray:
@@ -313,3 +378,20 @@ def _nli_tsv_rows(path: Path, lines: list[tuple[int, str]]) -> list[tuple[int, s
             raise CorpusError(f"{path} line {n} has {len(fields)} tab-separated fields, the header {len(header)}")
         rows.append((n, *(fields[c] for c in columns)))
     return rows
+
+
+def sts_corpus(data_dir: str | Path) -> list[str]:
+    """ConSERT's official unsupervised training set (arXiv:2105.11741 §4.1): every sentence of the STS12-16
+    inputs (scored or not), of the STS benchmark train/dev/test (the SentEval copies the official code reads)
+    and of SICK train/trial/test, duplicates kept. No label is read. The official count is 89,192."""
+    data_dir = Path(data_dir)
+    sts = [data_dir / year / f"STS.input.{subset}.txt" for year, subsets in STS_SUBSETS.items() for subset in subsets]
+    stsb = [data_dir / "stsbenchmark" / "senteval" / f"sts-{split}.csv" for split in ("train", "dev", "test")]
+    sick = [data_dir / "sick" / f"SICK_{split}.txt" for split in ("train", "trial", "test_annotated")]
+    for path in sts + stsb + sick:
+        if not path.is_file():
+            raise CorpusError(f"--sts-corpus: missing {path} (the README's \"Data\" section lists the layout)")
+    sentences = [s for path in sts for line in read_lines(path) for s in line.split("\t")[:2]]
+    sentences += [s for path in stsb for s1, s2, _ in load_stsb(path) for s in (s1, s2)]
+    sentences += [s for path in sick for s1, s2, _ in load_sick(path) for s in (s1, s2)]
+    return [s.strip() for s in sentences if s.strip()]

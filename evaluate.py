@@ -34,7 +34,11 @@ import torch
 import torch.nn.functional as F
 from scipy.stats import spearmanr
 
+import cli
+import fast
+from checkpoint import ModelLoadError, default_model_path
 from data import STS_SUBSETS, load_sick, load_stsb, load_sts_year, read_lines
+from model import SentenceEncoder
 
 HERE = Path(__file__).resolve().parent
 
@@ -417,10 +421,8 @@ def format_table(result: dict) -> str:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    import train
-
-    parser = train.ArgumentParser(description="Score a sentence-embedding model on the papers' STS and "
-                                              "ranking tasks.", formatter_class=train.HelpFormatter)
+    parser = cli.ArgumentParser(description="Score a sentence-embedding model on the papers' STS and "
+                                            "ranking tasks.", formatter_class=cli.HelpFormatter)
     parser.add_argument("--model", help="model folder or Hub id (default: the shipped all-MiniLM-L6-v2)")
     parser.add_argument("--tasks", default="all",
                         help=f"comma-separated: all, {', '.join(TASKS)}, rerank:PATH")
@@ -444,10 +446,6 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import fast  # only the command line needs the model code
-    import train
-    from model import ModelLoadError, SentenceEncoder, default_model_path
-
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.fetch_data:
@@ -471,14 +469,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {problems[0]}", file=sys.stderr)
         return 2
     try:
-        device = train.device_for(args.device)
+        device = cli.device(args.device)
         model_dir = args.model or default_model_path()
         encoder = SentenceEncoder.from_pretrained(model_dir, pooling=args.pooling).to(device)
-    except (ModelLoadError, train.UsageError) as err:
+    except (ModelLoadError, cli.UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if not args.plain:
-        fast.sentence_encoder(encoder)
+        encoder = fast.speed_up_encoder(encoder, device)
     result = evaluate(encoder, tasks, data_dir, args.batch_size, show_progress=True)
     print(format_table(result))
     if args.json:

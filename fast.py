@@ -10,26 +10,61 @@ CPU, MiniLM, batch 8; two runs of 40 and 80 steps; step time with the piece / wi
   PackedBert                model.Bert                               the encoder's work on padding     TSDAE x0.95-0.98,
                                                                                                        encode x0.87-0.92
   SentenceVectorAttention   a TSDAE decoder layer's cross_attn       Q, K; V and out at every token    TSDAE x0.92-0.95
-  TSDAELoss (with           tsdae.TSDAELoss                          the LM head at padding, 3 of 4    TSDAE x0.71-0.74
+  LabelOnlyTSDAELoss (with  tsdae.TSDAELoss                          the LM head at padding, 3 of 4    TSDAE x0.71-0.74
    VocabularyCrossEntropy,                                           vocabulary-sized tensors
    GradientLast, SparseGradLookup)
-All together, TSDAE step x0.69 against the plain path. Put in by tsdae(objective), consert(objective) and
-sentence_encoder(encoder).
+  FusedAttention            model.MultiHeadAttention (CUDA only)     one fused kernel per attention    not measured (no GPU)
+All together, TSDAE step x0.69 against the plain path.
 
-Speed-ups that are one argument of a PyTorch call stay in the plain code as one commented line: the fused
-attention kernel on CUDA (model.MultiHeadAttention.heads), the fused AdamW kernel (train.make_optimizer).
+The entry points speed_up_encoder, speed_up_tsdae and speed_up_consert each RETURN a new object that shares
+every Parameter with the plain one given, and never change the plain one. One speed-up stays in the plain code
+as an argument of a PyTorch call: the fused AdamW kernel (train.make_optimizer).
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import model
-import train
+
+# ----------------------------------------------------------------------------
+# Putting the pieces in
+
+
+def speed_up_encoder(encoder: model.SentenceEncoder, device: torch.device) -> model.SentenceEncoder:
+    """The encoder with PackedBert (and FusedAttention on CUDA). For `encode` and ConSERT."""
+    return replaced(encoder, bert=fast_bert(encoder.bert, device))
+
+
+def speed_up_tsdae(objective: nn.Module, device: torch.device) -> LabelOnlyTSDAELoss:
+    """The fast version of a tsdae.TSDAELoss."""
+    return LabelOnlyTSDAELoss(objective, device)
+
+
+def speed_up_consert(objective: nn.Module, device: torch.device) -> nn.Module:
+    """A consert.ConSERTLoss whose encoder runs PackedBert (for batches that hold padding: consert_train.py
+    leaves it out with --bucketing)."""
+    return replaced(objective, encoder=speed_up_encoder(objective.encoder, device))
+
+
+def fast_bert(bert: model.Bert, device: torch.device) -> PackedBert:
+    if device.type == "cuda":  # on CPU the plain formula is faster at sentence lengths (see FusedAttention)
+        bert = replaced(bert, layers=nn.ModuleList([replaced(layer, attn=FusedAttention(layer.attn))
+                                                   for layer in bert.layers]))
+    return PackedBert(bert)
+
+
+def replaced(module: nn.Module, **children: nn.Module) -> nn.Module:
+    """A shallow copy of `module` with some of its children swapped: the same Parameters and other children, as
+    in `module`, which stays as it was."""
+    new = copy.copy(module)
+    new._modules = {**module._modules, **children}
+    return new
+
 
 # ----------------------------------------------------------------------------
 # Packing: the encoder computes the real tokens only
@@ -65,7 +100,8 @@ class PackedBert(nn.Module):
     sentences, so q, k and v are laid out as (B, L, d) for it. Real-token states equal model.Bert's; padding
     states are 0 (model.Bert's are meaningless there; pooling skips them).
     Gain (bench/ab.py): TSDAE step x0.95-0.98, `encode` x0.87-0.92, ConSERT step on random batches x0.93-0.97;
-    on length-bucketed ConSERT batches, which hold almost no padding, x1.03 (slower), so consert.py leaves it out there.
+    on length-bucketed ConSERT batches, which hold almost no padding, x1.03 (slower), so consert_train.py leaves
+    it out there.
     """
 
     def __init__(self, bert: model.Bert):
@@ -74,12 +110,16 @@ class PackedBert(nn.Module):
         self.train(bert.training)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None,
-                embedding_hook: Callable[[torch.Tensor], torch.Tensor] | None = None,
                 all_layers: bool = False) -> torch.Tensor | list[torch.Tensor]:
         """The signature and results of model.Bert.forward."""
-        x = self.embeddings(input_ids, position_ids)  # (B, L, d)
-        if embedding_hook is not None:
-            x = embedding_hook(x)
+        return self.run_layers(self.embed(input_ids, position_ids), attention_mask, all_layers)
+
+    def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        return self.embeddings(input_ids, position_ids)  # (B, L, d)
+
+    def run_layers(self, x: torch.Tensor, attention_mask: torch.Tensor,
+                   all_layers: bool = False) -> torch.Tensor | list[torch.Tensor]:
+        """model.Bert.run_layers on the real tokens only."""
         mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L)
         packing = Packing.of(attention_mask)
         h = packing.pack(x)  # (N, d): the real tokens only
@@ -95,9 +135,34 @@ class PackedBert(nn.Module):
         """model.EncoderLayer.forward on packed rows h (N, d)."""
         attn = layer.attn
         q, k, v = packing.unpack(attn.q(h)), packing.unpack(attn.k(h)), packing.unpack(attn.v(h))  # (B, L, d)
-        a = attn.out(packing.pack(attn.heads(q, k, v, mask)))  # (N, d)
+        a = attn.out(packing.pack(attn.attend(q, k, v, mask)))  # (N, d)
         h = layer.attn_norm(h + layer.dropout(a))
         return layer.ffn_norm(h + layer.dropout(layer.ffn(h)))  # (N, d)
+
+
+# ----------------------------------------------------------------------------
+# Attention as one fused kernel (CUDA)
+
+
+class FusedAttention(model.MultiHeadAttention):
+    """Replaces model.MultiHeadAttention (built from one: the same q, k, v, out). The same formula, run by
+    PyTorch as one fused kernel (F.scaled_dot_product_attention): on CUDA, flash or memory-efficient attention.
+    Used on CUDA only: on CPU the written-out formula was faster at sentence lengths (2.3x at 14 tokens, 1.1x at
+    60, timed alone on the 2-core CPU of bench/README.md). Its dropout draws other random numbers than the plain
+    formula's; in eval mode the results are equal (tests/test_fast.py)."""
+
+    def __init__(self, attn: model.MultiHeadAttention):
+        nn.Module.__init__(self)
+        self.n_heads, self.dropout_p, self.q, self.k, self.v, self.out = (
+            attn.n_heads, attn.dropout_p, attn.q, attn.k, attn.v, attn.out)
+        self.train(attn.training)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        B, Lq, d = q.shape
+        split = lambda t: t.view(B, t.shape[1], self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, h, L, dh)
+        y = F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=mask,
+                                           dropout_p=self.dropout_p if self.training else 0.0)  # (B, h, Lq, dh)
+        return y.transpose(1, 2).reshape(B, Lq, d)
 
 
 # ----------------------------------------------------------------------------
@@ -172,8 +237,8 @@ class GradientLast(torch.autograd.Function):
 
     TSDAE uses the word-embedding matrix E (V x d, 47 MB for BERT) three times: the encoder's lookup, the
     decoder's lookup and the vocabulary projection. A plain lookup's backward builds a dense (V, d) gradient
-    (a 47 MB zero-fill, then an add), although only the rows of the batch's tokens are non-zero. TSDAELoss
-    instead makes the lookups sparse (SparseGradLookup) and reads E for the projection through
+    (a 47 MB zero-fill, then an add), although only the rows of the batch's tokens are non-zero.
+    LabelOnlyTSDAELoss instead makes the lookups sparse (SparseGradLookup) and reads E for the projection through
     this identity, created before both lookups. Of the backward steps that are ready, autograd runs the one
     created last first, so this one runs after the lookups'; autograd adds sparse rows into a dense gradient
     in place only when the dense one comes last. (x.view_as(x) alone is not enough: its backward hands on a
@@ -202,20 +267,31 @@ class SparseGradLookup(nn.Module):
         return F.embedding(input_ids, self.weight, self.padding_idx, sparse=self.sparse)
 
 
-class TSDAELoss(nn.Module):
+class LabelOnlyTSDAELoss(nn.Module):
     """Replaces tsdae.TSDAELoss (built from one: the same encoder, decoder and parameters).
 
-    Equal: the same loss and gradients (tests/test_fast.py); three changes, all in how, not what:
-      1. the LM head runs only where there is a label, not on padding (the plain loss multiplies those by 0);
-      2. VocabularyCrossEntropy: one (T, V) tensor where autograd makes four;
-      3. sparse word-embedding lookups + GradientLast: no 47 MB zero-fill and copy per lookup.
-    Gain: TSDAE step x0.71-0.74, the three together (bench/ab.py).
+    Equal: the same loss and gradients (tests/test_fast.py); four changes, all in how, not what:
+      1. the encoder is a PackedBert, and each decoder layer's cross-attention a SentenceVectorAttention;
+      2. the LM head runs only where there is a label, not on padding (the plain loss multiplies those by 0);
+      3. VocabularyCrossEntropy: one (T, V) tensor where autograd makes four;
+      4. sparse word-embedding lookups + GradientLast: no 47 MB zero-fill and copy per lookup.
+    Gain: TSDAE step x0.71-0.74 for 2-4 (bench/ab.py).
     """
 
-    def __init__(self, plain: nn.Module):
+    def __init__(self, plain: nn.Module, device: torch.device):
         super().__init__()
-        self.encoder, self.decoder, self.normalisation = plain.encoder, plain.decoder, plain.normalisation
-        self.decoder.embeddings.word = SparseGradLookup(self.decoder.embeddings.word)  # tied: the encoder's too
+        self.normalisation = plain.normalisation
+        bert, decoder = plain.encoder.bert, plain.decoder
+        sparse = lambda embeddings: replaced(embeddings, word=SparseGradLookup(embeddings.word))
+        encoder_embeddings = sparse(bert.embeddings)
+        tied = decoder.embeddings is bert.embeddings
+        self.encoder = replaced(plain.encoder, bert=fast_bert(replaced(bert, embeddings=encoder_embeddings), device))
+        layers = []
+        for layer in decoder.layers:
+            self_attn = FusedAttention(layer.self_attn) if device.type == "cuda" else layer.self_attn
+            layers.append(replaced(layer, self_attn=self_attn, cross_attn=SentenceVectorAttention(layer.cross_attn)))
+        self.decoder = replaced(decoder, embeddings=encoder_embeddings if tied else sparse(decoder.embeddings),
+                                layers=nn.ModuleList(layers))
         self.train(plain.training)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -229,30 +305,10 @@ class TSDAELoss(nn.Module):
         head = self.decoder.lm_head
         h = head.transform(states[is_label])  # (T, d), T = real label tokens in the batch
         total = VocabularyCrossEntropy.apply(h, word_embeddings, head.bias, labels[is_label])  # sum over T
-        count = is_label.sum() if self.normalisation == "tokens" else torch.tensor(len(original), device=total.device)
-        return train.global_mean(total, count)
+        return total / self.count(batch)
 
-
-# ----------------------------------------------------------------------------
-# Putting them in
-
-
-def sentence_encoder(encoder: model.SentenceEncoder) -> model.SentenceEncoder:
-    """The encoder with PackedBert, in place (same parameters). For `encode` and ConSERT."""
-    encoder.bert = PackedBert(encoder.bert)
-    return encoder
-
-
-def tsdae(objective: nn.Module) -> TSDAELoss:
-    """The fast version of a tsdae.TSDAELoss, sharing its parameters (the plain one's modules are changed too)."""
-    sentence_encoder(objective.encoder)
-    for layer in objective.decoder.layers:
-        layer.cross_attn = SentenceVectorAttention(layer.cross_attn)
-    return TSDAELoss(objective)
-
-
-def consert(objective: nn.Module) -> nn.Module:
-    """The fast version of a consert.ConSERTLoss: its encoder with PackedBert (for batches that hold padding:
-    consert.py leaves it out with --bucketing)."""
-    sentence_encoder(objective.encoder)
-    return objective
+    def count(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """T, as tsdae.TSDAELoss.count: the label tokens or the sentences of the batch."""
+        if self.normalisation == "tokens":
+            return batch["original_mask"][:, 1:].sum()
+        return torch.tensor(len(batch["original_ids"]), device=batch["original_ids"].device)

@@ -9,7 +9,7 @@ Read top to bottom:
   1. the noise (§3.1, app. A tab. 5)     delete_words (the paper's), swap / mask / replace / add
   2. the training pairs                  DenoisingDataset: (damaged, original) token ids
   3. the decoder (§3.2, app. A)          DecoderLayer, TSDAEDecoder: tied to the encoder, sees only the vector
-  4. the loss (§3.1)                     TSDAELoss: cross-entropy of the original, token by token
+  4. the loss (§3.1)                     TSDAELoss: -log P(original | vector), token by token
   5. the command line                    python tsdae.py --corpus sentences.txt
 """
 from __future__ import annotations
@@ -25,10 +25,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
+import cli
 import data
+import distributed
+import evaluate
 import fast
 import train
-from model import Bert, BertConfig, EncoderLayer, MLMHead, MultiHeadAttention, SentenceEncoder, default_model_path, init_weights
+from checkpoint import default_model_path
+from model import Bert, BertConfig, EncoderLayer, MLMHead, MultiHeadAttention, SentenceEncoder, init_weights
 
 # ----------------------------------------------------------------------------
 # 1. Noise (§3.1, app. A tab. 5). Words are the tokenizer's own pre-tokenised words: every function gets the
@@ -164,7 +168,8 @@ class DecoderLayer(nn.Module):
         # real token, so no real position can see one (the reference code passes none either).
         causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()  # (L, L)
         x = self.self_attn_norm(x + self.dropout(self.self_attn(x, causal)))  # (B, L, d)
-        # §3.2: the keys and values come only from the sentence vector, a memory of length 1
+        # §3.2: keys and values come only from the sentence vector s, a memory of length 1:
+        #   CrossAttn(x) = softmax(x W_q (s W_k)^T / sqrt(d_head)) s W_v, one key per sentence
         x = self.cross_attn_norm(x + self.dropout(self.cross_attn(x, memory=memory)))  # (B, L, d)
         return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
 
@@ -204,12 +209,15 @@ class TSDAEDecoder(nn.Module):
 
 
 class TSDAELoss(nn.Module):
-    """Encoder + tied decoder + reconstruction loss for one batch of (damaged, original) sentences.
+    """Encoder + tied decoder + reconstruction loss for one batch of (damaged x~, original x) sentences (§3.1):
 
-    normalisation="tokens": cross-entropy averaged over every non-pad label token of the batch
-        (the reference code's choice, sentence-transformers' DenoisingAutoEncoderLoss; the default).
-    normalisation="sentence": summed over each sentence's tokens, averaged over sentences
-        (the paper's objective, §3.1: the log-likelihood of each sentence).
+        L = -(1/T) sum over the batch's sentences x, over their tokens t:  log P(x_t | x_<t, s),
+        s = encoder(x~) the sentence vector,  P(. | x_<t, s) = softmax(E h_t + b),  h_t = decoder(x_<t, s)_t
+
+    normalisation="tokens": T = the batch's label tokens (the reference code's choice, sentence-transformers'
+        DenoisingAutoEncoderLoss; the default).
+    normalisation="sentence": T = the batch's sentences: each sentence's log-likelihood summed over its
+        tokens, averaged over sentences (the paper's objective, §3.1).
     """
 
     def __init__(self, encoder: SentenceEncoder, tie: bool = True, normalisation: str = "tokens"):
@@ -224,7 +232,7 @@ class TSDAELoss(nn.Module):
     # Exercise 5 (ASSIGNMENTS.md)
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """batch: damaged_ids, damaged_mask (B, Ld) and original_ids, original_mask (B, Lo), 1 = real token.
-        Returns the reconstruction loss of the batch, normalised as self.normalisation says (a scalar)."""
+        Returns L, the reconstruction loss of the batch (a scalar)."""
         # §3.1: the encoder reads the DAMAGED sentence and gives one vector per sentence
         sentence_vec = self.encoder(batch["damaged_ids"], batch["damaged_mask"])  # (B, d)
         # teacher forcing: read the original up to t, predict token t+1 ([CLS] a b -> a b [SEP])
@@ -232,10 +240,15 @@ class TSDAELoss(nn.Module):
         decoder_input, labels = original[:, :-1], original[:, 1:]  # (B, L-1) each
         is_label = mask[:, 1:].bool()  # (B, L-1): real tokens to predict, not padding
         logits = self.decoder.logits(self.decoder(decoder_input, sentence_vec))  # (B, L-1, V)
-        nll = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")  # (B, L-1): -log p(y_t | y_<t, s)
+        nll = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")  # (B, L-1): -log P(x_t | x_<t, s)
         total = (nll * is_label).sum()
-        count = is_label.sum() if self.normalisation == "tokens" else torch.tensor(len(original), device=nll.device)
-        return train.global_mean(total, count)  # = total / count; under torchrun over the whole global batch
+        return total / self.count(batch)
+
+    def count(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """T: how many terms the loss averages, the label tokens or the sentences of the batch."""
+        if self.normalisation == "tokens":
+            return batch["original_mask"][:, 1:].sum()
+        return torch.tensor(len(batch["original_ids"]), device=batch["original_ids"].device)
 
 
 # ----------------------------------------------------------------------------
@@ -246,16 +259,18 @@ def make_loader(sentences: list[str], encoder: SentenceEncoder, args: argparse.N
                 rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
     """(damaged, original) batches, length-bucketed on the original sentences: the loss compares no
     sentence with another, so grouping similar lengths only saves work on padding."""
-    dataset = DenoisingDataset(sentences, encoder.tokenizer, encoder.max_length, args.noise, args.noise_ratio, args.seed)
-    lengths = data.token_lengths(encoder.tokenizer, sentences, encoder.max_length)
-    return data.make_loader(dataset, lengths, collate_pairs, encoder.bert.cfg.pad_token_id, args.batch_size,
-                            args.seed, device, True, args.workers, rank, world)
+    dataset = DenoisingDataset(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise,
+                               ratio=args.noise_ratio, seed=args.seed)
+    return data.make_loader(dataset, lengths=data.token_lengths(encoder.tokenizer, sentences, encoder.max_length),
+                            collate=collate_pairs, pad_id=encoder.bert.cfg.pad_token_id, batch_size=args.batch_size,
+                            seed=args.seed, device=device, bucketing=True, workers=args.workers, rank=rank,
+                            world_size=world)
 
 
-def make_parser() -> train.ArgumentParser:
-    p = train.ArgumentParser(
+def make_parser() -> cli.ArgumentParser:
+    p = cli.ArgumentParser(
         description="Train a sentence encoder with TSDAE (arXiv:2104.06979) on unlabelled sentences, one per line.",
-        formatter_class=train.HelpFormatter,
+        formatter_class=cli.HelpFormatter,
     )
     p.add_argument("--corpus", required=True, help="UTF-8 text file, one sentence per line")
     p.add_argument("--model", default=None,
@@ -274,7 +289,7 @@ def make_parser() -> train.ArgumentParser:
     p.add_argument("--untie", action="store_true", help="separate decoder weights (initialised from the same checkpoint)")
     p.add_argument("--loss-normalisation", default="tokens", choices=["tokens", "sentence"],
                    help="tokens: mean over the batch's tokens (reference code); sentence: per-sentence sum (paper §3.1)")
-    train.add_run_arguments(p, out="runs/tsdae")
+    cli.add_run_arguments(p, out="runs/tsdae")
     p.add_argument("--eval-data", default=None, help="data folder with stsbenchmark/: log STS-b dev Spearman")
     p.add_argument("--eval-every", type=int, default=500, help="steps between evaluations (with --eval-data)")
     p.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
@@ -285,7 +300,7 @@ def make_parser() -> train.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = make_parser()
     args = p.parse_args(argv)
-    train.check_arguments(p, args, positive=("lr",), at_least_one=("epochs", "steps", "batch_size", "eval_every"),
+    cli.check_arguments(p, args, positive=("lr",), at_least_one=("epochs", "steps", "batch_size", "eval_every"),
                           ratios=("noise_ratio",))
     if args.max_length < 3:
         p.error(f"--max-length must be at least 3: [CLS], one token, [SEP] (got {args.max_length})")
@@ -295,23 +310,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
-    device = train.device_for(args.device)
-    train.check_out_folder(out, args.resume, args.overwrite)
-    rank, world = train.init_distributed()
+    device = cli.device(args.device)
+    cli.check_out_folder(out, args.resume, args.overwrite)
+    rank, world = distributed.init()
     torch.manual_seed(args.seed)
     sentences = data.read_corpus(args.corpus, args.bad_lines)
     encoder = SentenceEncoder.from_pretrained(args.model or default_model_path(), pooling=args.pooling,
                                               max_length=args.max_length)
     objective = TSDAELoss(encoder, tie=not args.untie, normalisation=args.loss_normalisation)
     if not args.plain:
-        objective = fast.tsdae(objective)  # the same parameters and numbers, computed faster
+        objective = fast.speed_up_tsdae(objective, device)  # the same parameters and numbers, computed faster
+    distributed.tsdae_over_global_batch(objective)  # under torchrun: the mean over every process's tokens
     loader = make_loader(sentences, encoder, args, device, rank, world)
     steps = args.steps or args.epochs * len(loader.batch_sampler)
-    eval_fn = None
-    if args.eval_data:
-        from evaluate import stsb_dev_spearman
-
-        eval_fn = lambda enc: stsb_dev_spearman(enc, args.eval_data)
+    eval_fn = (lambda enc: evaluate.stsb_dev_spearman(enc, args.eval_data)) if args.eval_data else None
     settings = train.TrainSettings(out=out, steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every,
                                    eval_every=args.eval_every, eval_fn=eval_fn, resume=args.resume)
     if rank == 0:
@@ -324,4 +336,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    train.run_cli(main)
+    cli.run(main)

@@ -30,31 +30,37 @@ import fast  # noqa: E402
 import train  # noqa: E402
 import tsdae  # noqa: E402
 from bench import LR, SEED, TRAIN_BATCH, TRAIN_MAX_LENGTH, read_sts_train  # noqa: E402
-from model import SentenceEncoder, default_model_path  # noqa: E402
+from checkpoint import default_model_path  # noqa: E402
+from model import SentenceEncoder  # noqa: E402
 
-TSDAE_PIECES = ("PackedBert", "SentenceVectorAttention", "TSDAELoss")
+CPU = torch.device("cpu")
+
+TSDAE_PIECES = ("PackedBert", "SentenceVectorAttention", "LabelOnlyTSDAELoss")
 
 
 def tsdae_objective(model_path: str, pieces: tuple[str, ...]) -> torch.nn.Module:
     """A TSDAE objective with the given fast pieces put in, the others plain. The same weights every time."""
     torch.manual_seed(SEED)  # the new cross-attention weights too
-    objective = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(model_path, pooling="cls", max_length=TRAIN_MAX_LENGTH))
-    if "PackedBert" in pieces:
-        fast.sentence_encoder(objective.encoder)
-    if "SentenceVectorAttention" in pieces:
-        for layer in objective.decoder.layers:
-            layer.cross_attn = fast.SentenceVectorAttention(layer.cross_attn)
-    if "TSDAELoss" in pieces:
-        objective = fast.TSDAELoss(objective)
-    return objective.train()
+    plain = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(model_path, pooling="cls", max_length=TRAIN_MAX_LENGTH))
+    objective = fast.speed_up_tsdae(plain, CPU) if "LabelOnlyTSDAELoss" in pieces else plain
+    if ("PackedBert" in pieces) != isinstance(objective.encoder.bert, fast.PackedBert):
+        if "PackedBert" in pieces:
+            objective = fast.replaced(objective, encoder=fast.speed_up_encoder(objective.encoder, CPU))
+        else:  # back to the plain Bert, with the fast loss's sparse lookups
+            bert = fast.replaced(plain.encoder.bert, embeddings=objective.encoder.bert.embeddings)
+            objective.encoder = fast.replaced(objective.encoder, bert=bert)
+    cross = fast.SentenceVectorAttention if "SentenceVectorAttention" in pieces else lambda attn: attn
+    layers = [fast.replaced(layer, cross_attn=cross(plain_layer.cross_attn))
+              for layer, plain_layer in zip(objective.decoder.layers, plain.decoder.layers)]
+    return fast.replaced(objective, decoder=fast.replaced(objective.decoder, layers=torch.nn.ModuleList(layers))).train()
 
 
 def consert_objective(model_path: str, packed: bool) -> torch.nn.Module:
     torch.manual_seed(SEED)
     encoder = SentenceEncoder.from_pretrained(model_path, pooling="mean", max_length=TRAIN_MAX_LENGTH)
     consert.switch_off_dropout(encoder)
-    objective = consert.ConSERTLoss(encoder, (("feature_cutoff", 0.2), ("shuffle", 0.2)))
-    return (fast.consert(objective) if packed else objective).train()
+    objective = consert.ConSERTLoss(encoder, (consert.View("feature_cutoff", 0.2), consert.View("shuffle")))
+    return (fast.speed_up_consert(objective, CPU) if packed else objective).train()
 
 
 def alternate(versions: dict[str, Callable[[int], None]], steps: int) -> dict[str, list[float]]:
@@ -125,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if "encode" in args.only:
         plain = SentenceEncoder.from_pretrained(model_path)
-        quick = fast.sentence_encoder(SentenceEncoder.from_pretrained(model_path))
+        quick = fast.speed_up_encoder(SentenceEncoder.from_pretrained(model_path), CPU)
         chunks = [sentences[i : i + 250] for i in range(0, 250 * 8, 250)]
         encoders = {"fast": quick, "plain": plain}
         steppers = {name: (lambda k, e=e: e.encode(chunks[k % len(chunks)])) for name, e in encoders.items()}
@@ -135,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         ids = data.tokenize(tokenizer, picked, TRAIN_MAX_LENGTH)
         for bucketing in (False, True):
             order = data.BucketBatchSampler([len(x) for x in ids], TRAIN_BATCH, seed=SEED, bucketing=bucketing).batches(0)
-            batches = [consert.collate_sentences([ids[i] for i in b]) for b in order]
+            batches = [data.collate_sentences([ids[i] for i in b]) for b in order]
             steppers = {"fast": training_step(consert_objective(model_path, True), batches),
                         "plain": training_step(consert_objective(model_path, False), batches)}
             kind = "length buckets" if bucketing else "random batches"

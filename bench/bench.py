@@ -8,7 +8,7 @@
 What is measured (each row of the table)
 ----------------------------------------
   TSDAE training   sentences/s of optimizer steps (batch 8, max length 75, AdamW lr 3e-5, grad clip 1.0).
-                   Ours: tsdae.TSDAELoss made fast by fast.tsdae as `python tsdae.py` runs it (and, in the
+                   Ours: tsdae.TSDAELoss made fast by fast.speed_up_tsdae as `python tsdae.py` runs it (and, in the
                    "plain" row, as `python tsdae.py --plain` runs it), length-bucketed batches
                    (data.BucketBatchSampler), padding to a multiple of 8 on CUDA only (data.pad_multiple). Theirs: DenoisingAutoEncoderLoss(tie_encoder_decoder=True)
                    on a SentenceTransformer(Transformer(max_seq_length=75), Pooling('cls')), batches in random
@@ -16,7 +16,7 @@ What is measured (each row of the table)
                    Both get the SAME (damaged, original) token ids, built once here with tsdae.DenoisingDataset
                    (deletion, ratio 0.6, seed 0), and the timed steps see the same set of sentences.
                    The loss is the same: cross-entropy averaged over the batch's non-pad label tokens.
-  encode           sentences/s of SentenceEncoder.encode (fast.sentence_encoder; plain) vs SentenceTransformer.encode
+  encode           sentences/s of SentenceEncoder.encode (fast.speed_up_encoder; plain) vs SentenceTransformer.encode
                    (batch 64, the model's max length 256, tokenisation included), on the same sentences.
   ConSERT training sentences/s of optimizer steps of our ConSERT objective, fast and plain (no reference).
   matmul peak      a large square matmul (fp32 unless --amp) timed in the same run with the same threads:
@@ -75,6 +75,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+import checkpoint  # noqa: E402
+import cli  # noqa: E402
+import consert  # noqa: E402
 import data  # noqa: E402
 import fast  # noqa: E402
 import model  # noqa: E402
@@ -301,7 +304,7 @@ def job_train_ours(spec: dict, work: dict, device: torch.device, plain: bool = F
     encoder = model.SentenceEncoder.from_pretrained(spec["model"], pooling="cls", max_length=TRAIN_MAX_LENGTH)
     objective = tsdae.TSDAELoss(encoder, tie=True)
     if not plain:
-        objective = fast.tsdae(objective)
+        objective = fast.speed_up_tsdae(objective, device)
     objective = objective.to(device).train()
     optimizer = train.make_optimizer(objective, train.TrainSettings(out=Path("."), steps=1, lr=LR), device)
     order, loader = our_tsdae_batches(work, encoder, device)
@@ -342,7 +345,7 @@ def timed_encode(encode, sentences: list[str], device: torch.device) -> dict:
 def job_encode_ours(spec: dict, work: dict, device: torch.device, plain: bool = False) -> dict:
     encoder = model.SentenceEncoder.from_pretrained(spec["model"]).to(device)
     if not plain:
-        fast.sentence_encoder(encoder)
+        encoder = fast.speed_up_encoder(encoder, device)
     return timed_encode(encoder.encode, work["encode_sentences"], device)
 
 
@@ -356,14 +359,12 @@ def job_encode_theirs(spec: dict, work: dict, device: torch.device) -> dict:
 def job_consert_ours(spec: dict, work: dict, device: torch.device, plain: bool = False) -> dict:
     """Our ConSERT objective with consert.py's defaults for unlabelled sentences (views feature cutoff 0.2 and
     token shuffle, temperature 0.1, encoder dropout off, plain shuffled batches); batches of TRAIN_BATCH, max length 75."""
-    import consert
-
     torch.manual_seed(SEED)
     encoder = model.SentenceEncoder.from_pretrained(spec["model"], pooling="mean", max_length=TRAIN_MAX_LENGTH)
     consert.switch_off_dropout(encoder)
-    objective = consert.ConSERTLoss(encoder, (("feature_cutoff", 0.2), ("shuffle", 0.2)))
+    objective = consert.ConSERTLoss(encoder, (consert.View("feature_cutoff", 0.2), consert.View("shuffle")))
     if not plain:
-        objective = fast.consert(objective)
+        objective = fast.speed_up_consert(objective, device)
     objective = objective.to(device).train()
     optimizer = train.make_optimizer(objective, train.TrainSettings(out=Path("."), steps=1, lr=LR), device)
     ids = work["consert_ids"]
@@ -371,7 +372,7 @@ def job_consert_ours(spec: dict, work: dict, device: torch.device, plain: bool =
 
     def collated(batch_list):
         for b in batch_list:
-            yield to_device(consert.collate_sentences([ids[i] for i in b], encoder.bert.cfg.pad_token_id), device)
+            yield to_device(data.collate_sentences([ids[i] for i in b], encoder.bert.cfg.pad_token_id), device)
 
     return timed_training(objective, list(objective.parameters()), optimizer, collated(order[: spec["warmup"]] + order),
                           spec["warmup"], len(order), len(ids), device, spec["amp"], spec["profile"])
@@ -408,7 +409,7 @@ def prepare(args, tokenizer, sentences: list[str], n_train: int) -> dict:
     """The shared inputs, built once: TSDAE (damaged, original) pairs, sentences to encode, ConSERT ids."""
     rng = random.Random(SEED)
     picked = rng.sample(sentences, min(n_train, len(sentences)))
-    dataset = tsdae.DenoisingDataset(picked, tokenizer, TRAIN_MAX_LENGTH, "delete", NOISE_RATIO, SEED)
+    dataset = tsdae.DenoisingDataset(picked, tokenizer, TRAIN_MAX_LENGTH, noise="delete", ratio=NOISE_RATIO, seed=SEED)
     pairs = [dataset[(0, i)] for i in range(len(picked))]
     encode_sentences = random.Random(SEED + 1).sample(sentences, min(args.encode_sentences, len(sentences)))
     return {
@@ -572,8 +573,8 @@ def main(argv=None) -> int:
     if args._job:
         run_job(args._job)
         return 0
-    device = train.device_for(args.device)
-    model_path = args.model or model.default_model_path()
+    device = cli.device(args.device)
+    model_path = args.model or checkpoint.default_model_path()
     encoder = model.SentenceEncoder.from_pretrained(model_path)  # its max length is the one encode uses
     cfg, tokenizer = encoder.bert.cfg, encoder.tokenizer
     from evaluate import default_data_dir

@@ -10,7 +10,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from model import default_model_path  # noqa: E402
+from checkpoint import default_model_path  # noqa: E402
 
 DATA_DIR = Path(os.environ.get("EVAL_DATA_DIR", ROOT / "data")).resolve()  # as evaluate.default_data_dir
 
@@ -48,14 +48,14 @@ def sts_sentences(data_dir) -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, minilm_path) -> Path:
     """A 2-layer, 32-wide random BERT with MiniLM's vocabulary: training tests run in seconds on it."""
-    import model
+    import checkpoint
     from model import Bert, BertConfig, SentenceEncoder
 
     cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                      max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("tiny") / "model"
-    SentenceEncoder(Bert(cfg), model.load_tokenizer(minilm_path), "cls", 64, source=Path(minilm_path)).save_pretrained(folder)
+    SentenceEncoder(Bert(cfg), checkpoint.load_tokenizer(Path(minilm_path)), "cls", 64, source=Path(minilm_path)).save_pretrained(folder)
     return folder
 
 
@@ -80,13 +80,9 @@ def on_path(request):
     """Runs a test on both paths: on_path(encoder) is the encoder itself (plain) or a copy that shares its
     weights and runs fast.PackedBert (fast). on_path.name says which."""
     import fast
-    from model import SentenceEncoder
 
     def convert(encoder):
-        if request.param == "plain":
-            return encoder
-        return SentenceEncoder(fast.PackedBert(encoder.bert), encoder.tokenizer, encoder.pooling, encoder.max_length,
-                               encoder.source)
+        return encoder if request.param == "plain" else fast.speed_up_encoder(encoder, torch.device("cpu"))
 
     convert.name = request.param
     return convert

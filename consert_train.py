@@ -1,0 +1,251 @@
+"""ConSERT's experiment, around the method of consert.py: the official settings of each strategy, stage by
+stage, and the command line (`python consert.py` and `python consert_train.py` run it).
+
+  OFFICIAL, stages     the official scripts' settings (yym6472/ConSERT), with the command line's instead
+  make_parser          every flag
+  run_stage            one stage = one call of train.train: the encoder, the objective, the batches, the settings
+  main                 read the inputs, then run the strategy's stages
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+import cli
+import data
+import distributed
+import evaluate
+import fast
+import train
+from checkpoint import default_model_path
+from consert import NLI_FEATURES, VIEW_NAMES, ConSERTLoss, View, check_views, switch_off_dropout
+from model import SentenceEncoder
+
+@dataclass(frozen=True)
+class Stage:
+    """One call of the training loop: "unsup" (contrastive on the corpus) or "sup" / "joint" (on NLI pairs)."""
+
+    kind: str
+    views: tuple[View, View]
+    lr: float
+    epochs: int
+    dropout: bool  # BERT's own dropout during this stage
+    patience: int  # evaluations without a better dev score before stopping (0: never)
+    steps: int | None = None  # instead of epochs
+
+
+# The official scripts (yym6472/ConSERT, scripts/*-base.sh), stage by stage. A two-stage strategy runs its NLI
+# stage into OUT/stage1, then the contrastive stage on the corpus from there (its best dev checkpoint, with
+# --eval-data, as the official code saves only that one). Every command-line flag overrides its entry.
+NLI_VIEWS = (View("none"), View("token_cutoff", 0.1))  # joint's (sup trains the classifier only)
+OFFICIAL = {
+    "unsup": [Stage("unsup", (View("feature_cutoff", 0.2), View("shuffle")), lr=5e-7, epochs=10, dropout=False,
+                    patience=10)],
+    "sup": [Stage("sup", NLI_VIEWS, lr=2e-5, epochs=1, dropout=True, patience=0)],
+    "joint": [Stage("joint", NLI_VIEWS, lr=2e-5, epochs=1, dropout=True, patience=0)],
+    "sup-unsup": [Stage("sup", NLI_VIEWS, lr=2e-5, epochs=1, dropout=True, patience=0),
+                  Stage("unsup", (View("none"), View("feature_cutoff", 0.1)), lr=5e-7, epochs=25, dropout=True,
+                        patience=10)],
+    "joint-unsup": [Stage("joint", NLI_VIEWS, lr=2e-5, epochs=1, dropout=True, patience=0),
+                    Stage("unsup", (View("none"), View("shuffle")), lr=5e-7, epochs=25, dropout=True, patience=10)],
+}
+
+
+def stages(args: argparse.Namespace) -> list[Stage]:
+    """The stages of args.strategy: the official settings, with what the command line says instead."""
+    return [with_flags(stage, args, "" if stage.kind == "unsup" else "nli_") for stage in OFFICIAL[args.strategy]]
+
+
+def with_flags(stage: Stage, args: argparse.Namespace, prefix: str) -> Stage:
+    flag = lambda name: getattr(args, prefix + name)
+    views = []
+    for i, official in enumerate(stage.views, start=1):
+        name, rate = flag(f"view{i}"), flag(f"rate{i}")
+        default_rate = official.rate if name is None else 0.2  # a view named without a rate gets 0.2
+        views.append(View(name or official.name, default_rate if rate is None else rate))
+    dropout = stage.dropout or "simcse" in [view.name for view in views]  # simcse's view IS the dropout
+    dropout = dropout if flag("encoder_dropout") == "auto" else flag("encoder_dropout") == "on"
+    return replace(stage, views=tuple(views), lr=flag("lr") or stage.lr, epochs=flag("epochs") or stage.epochs,
+                   steps=flag("steps"), dropout=dropout, patience=stage.patience if flag("patience") is None
+                   else flag("patience"))
+
+
+def make_parser() -> cli.ArgumentParser:
+    p = cli.ArgumentParser(
+        description="Fine-tune a sentence encoder with ConSERT (arXiv:2105.11741): contrastive learning between two "
+                    "views of each sentence made at the embedding layer, optionally fused with NLI supervision (§3.4). "
+                    "Every default is the official scripts' (consert_train.OFFICIAL): unsupervised, feature cutoff 0.2 + "
+                    "token shuffle, dropout off, temperature 0.1, batch 96, lr 5e-7, 10 epochs. The author later "
+                    "found lr 2e-5 with temperature 0.05 better.",
+        formatter_class=cli.HelpFormatter,
+    )
+    src = p.add_argument_group("data")
+    src.add_argument("--corpus", help="UTF-8 text file, one unlabelled sentence per line")
+    src.add_argument("--sts-corpus", metavar="DATA_DIR",
+                     help="instead of --corpus: every sentence of STS12-16, STS-b and SICK in DATA_DIR (official set)")
+    src.add_argument("--nli", help="NLI pairs for the supervised strategies: .jsonl (premise, hypothesis, label) "
+                                   "or a SICK file")
+    src.add_argument("--strategy", default="unsup", choices=list(OFFICIAL),
+                     help="unsup: contrastive on --corpus. With --nli (§3.4): sup = NLI classifier only; joint = "
+                          "classifier + weighted contrastive on the NLI sentences; sup-unsup / joint-unsup = that, "
+                          "into OUT/stage1, then contrastive on --corpus")
+    src.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
+                     help="what to do with input lines that are not UTF-8")
+    src.add_argument("--max-length", type=int, default=64, help="tokens per sentence, longer ones are truncated")
+    src.add_argument("--bucketing", action="store_true",
+                     help="batches of similar length (faster) instead of the official plain shuffled batches; the "
+                          "batch decides the negatives, so this changes what is learnt")
+    for prefix, title in (("", "the contrastive stage on the corpus (unsup, and stage 2 of sup-unsup / joint-unsup)"),
+                          ("nli-", "the NLI stage (sup, joint, and stage 1 of sup-unsup / joint-unsup)")):
+        group = p.add_argument_group(title)
+        for i in (1, 2):
+            group.add_argument(f"--{prefix}view{i}", choices=VIEW_NAMES, help=f"view {i} (default: the official)")
+            group.add_argument(f"--{prefix}rate{i}", type=float,
+                               help=f"cutoff / span / dropout rate of view {i} (default: the official, else 0.2)")
+        group.add_argument(f"--{prefix}lr", type=float, help="AdamW learning rate (default: the official)")
+        group.add_argument(f"--{prefix}epochs", type=int, help="passes over the data (default: the official; "
+                                                                "ignored when the steps are given)")
+        group.add_argument(f"--{prefix}steps", type=int, help="optimiser steps (default: the epochs' batches)")
+        group.add_argument(f"--{prefix}encoder-dropout", default="auto", choices=["auto", "on", "off"],
+                           help="BERT's own dropout; auto: the official (off for unsup, on otherwise), always on "
+                                "when a view is simcse")
+        group.add_argument(f"--{prefix}patience", type=int, help="with --eval-data: stop after this many "
+                           "evaluations without a better dev score (default: the official; 0: never)")
+    p.add_argument("--nli-features", default=NLI_FEATURES[0], choices=NLI_FEATURES,
+                   help="the classifier's input: the official scripts' (--concatenation_sent_max_square), or the "
+                        "paper's and SBERT's u,v,|u-v|")
+    both = p.add_argument_group("both stages")
+    both.add_argument("--model", default=None,
+                      help="Hugging Face BERT: a local folder or a Hub id such as bert-base-uncased "
+                           "(default: the shipped all-MiniLM-L6-v2)")
+    both.add_argument("--batch-size", type=int, default=96,
+                      help="sentences (or NLI pairs) per step; under torchrun the global batch, split over the processes")
+    both.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§5.4)")
+    both.add_argument("--adv-norm", type=float, default=1.0, help="per-token length of the adversarial perturbation")
+    both.add_argument("--cl-weight", type=float, default=0.15, help="factor on the contrastive loss (official cl_rate)")
+    both.add_argument("--local-negatives", action="store_true",
+                      help="under torchrun: contrast each process's share of the batch only (default: all processes')")
+    cli.add_run_arguments(both, out="runs/consert")
+    ev = p.add_argument_group("model selection (contrastive training degrades late: keep the best dev checkpoint)")
+    ev.add_argument("--eval-data", default=None,
+                    help="data folder with stsbenchmark/: log STS-b dev Spearman, keep the best encoder in OUT/best")
+    ev.add_argument("--eval-every", type=int, default=200,
+                    help="steps of each epoch between evaluations, and one at each epoch's end (official: 200)")
+    ev.add_argument("--eval-pooling", default="mean", choices=["mean", "last2-mean"],
+                    help="mean of the last layer, or the average of the mean-pooled last two layers (the official "
+                         "evaluation); evaluation only, the saved model always uses plain mean pooling")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = make_parser()
+    args = p.parse_args(argv)
+    kinds = [stage.kind for stage in OFFICIAL[args.strategy]]
+    if "unsup" in kinds and bool(args.corpus) == bool(args.sts_corpus):
+        p.error(f"--strategy {args.strategy} needs exactly one of --corpus and --sts-corpus")
+    if kinds != ["unsup"] and not args.nli:
+        p.error(f"--strategy {args.strategy} needs --nli")
+    cli.check_arguments(p, args, positive=("lr", "nli_lr", "temperature"),
+                        at_least_one=("epochs", "steps", "nli_epochs", "nli_steps", "batch_size", "eval_every"),
+                        ratios=("rate1", "rate2", "nli_rate1", "nli_rate2"), not_negative=("patience", "nli_patience"))
+    for stage in stages(args):
+        try:
+            check_views(stage.views)
+        except ValueError as e:
+            p.error(str(e))
+        if not stage.dropout and "simcse" in [view.name for view in stage.views]:
+            p.error("the simcse view is the encoder's own dropout: it needs the encoder's dropout on (or auto)")
+    if args.max_length < 2:
+        p.error(f"--max-length must be at least 2: [CLS] and [SEP] (got {args.max_length})")
+    return args
+
+
+def make_loader(stage: Stage, inputs: list, encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
+                rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
+    """Plain shuffled batches, as the official DataLoader(shuffle=True) gives them: the batch decides which
+    sentences are each other's negatives. With --bucketing, batches of similar length (by the pair's length for NLI)."""
+    tokenizer, max_length = encoder.tokenizer, encoder.max_length
+    if stage.kind == "unsup":
+        dataset, collate = data.SentenceDataset(inputs, tokenizer, max_length), data.collate_sentences
+        lengths = data.token_lengths(tokenizer, inputs, max_length)
+    else:
+        dataset, collate = data.NLIDataset(inputs, tokenizer, max_length), data.collate_nli
+        lengths = (data.token_lengths(tokenizer, [p for p, _, _ in inputs], max_length)
+                   + data.token_lengths(tokenizer, [h for _, h, _ in inputs], max_length))
+    return data.make_loader(dataset, lengths=lengths, collate=collate, pad_id=encoder.bert.cfg.pad_token_id,
+                            batch_size=args.batch_size, seed=args.seed, device=device, bucketing=args.bucketing,
+                            workers=args.workers, rank=rank, world_size=world)
+
+
+def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inputs: list, args: argparse.Namespace,
+              device: torch.device) -> None:
+    """One call of the shared training loop."""
+    encoder = SentenceEncoder.from_pretrained(model_dir, pooling="mean", max_length=args.max_length)
+    encoder.bert.mlm_head = None  # a checkpoint's masked-LM head is not used here (and DDP wants no idle weights)
+    if not stage.dropout:
+        switch_off_dropout(encoder)
+    objective = ConSERTLoss(encoder, stage.views, temperature=args.temperature, cl_weight=args.cl_weight,
+                            adv_norm=args.adv_norm, nli_classes=0 if stage.kind == "unsup" else len(data.NLI_LABELS),
+                            joint=stage.kind == "joint", nli_features=args.nli_features)
+    if not args.plain and not args.bucketing:  # length buckets hold almost no padding: packing would cost (fast.py)
+        objective = fast.speed_up_consert(objective, device)  # the same parameters and numbers, computed faster
+    rank, world = distributed.init()
+    distributed.consert_over_global_batch(objective, local_negatives=args.local_negatives)
+    loader = make_loader(stage, inputs, encoder, args, device, rank, world)
+    eval_fn = None
+    if args.eval_data:  # the same weights, pooled as --eval-pooling says
+        eval_fn = lambda enc: evaluate.stsb_dev_spearman(SentenceEncoder(enc.bert, enc.tokenizer, args.eval_pooling,
+                                                                         enc.max_length), args.eval_data)
+    # The official optimiser: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up then linear decay, clip 1.0.
+    settings = train.TrainSettings(out=out, steps=stage.steps or stage.epochs * len(loader.batch_sampler),
+                                   lr=stage.lr, weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1, schedule="linear",
+                                   grad_clip=1.0, amp=args.amp, save_every=args.save_every, eval_fn=eval_fn,
+                                   eval_every=args.eval_every, keep_best=eval_fn is not None,
+                                   patience=stage.patience if eval_fn else 0, resume=resume)
+    if rank == 0:
+        what = "sentences" if stage.kind == "unsup" else "NLI pairs"
+        views = " + ".join(f"{v.name} {v.rate:g}" if v.rate else v.name for v in stage.views)
+        print(f"ConSERT {stage.kind}: {len(inputs)} {what}, {settings.steps} steps of {args.batch_size} at lr "
+              f"{stage.lr:g}{f', views {views}' if stage.kind != 'sup' else ''}, encoder dropout "
+              f"{'on' if stage.dropout else 'off'}, on {world} x {device}{' (plain path)' if args.plain else ''}; "
+              f"saving to {out}")
+    state = train.train(encoder, objective, loader, settings, device)
+    if state.best is not None and rank == 0:
+        print(f"best STS-b dev Spearman {state.best:.2f}: encoder saved to {out / 'best'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    device = cli.device(args.device)
+    # read every input first: bad input stops the run before any model is loaded or any file is written
+    if args.eval_data:
+        if problem := evaluate.missing_file("stsb-dev", Path(args.eval_data)):
+            raise data.CorpusError(f"--eval-data: {problem}")
+    plan = stages(args)  # e.g. joint-unsup: joint on NLI, then contrastive on the corpus
+    nli = data.read_nli(args.nli, args.bad_lines) if plan[0].kind != "unsup" else None
+    corpus = None
+    if plan[-1].kind == "unsup":
+        corpus = data.sts_corpus(args.sts_corpus) if args.sts_corpus else data.read_corpus(args.corpus, args.bad_lines)
+    cli.check_out_folder(out, args.resume, args.overwrite)
+    distributed.init()
+    torch.manual_seed(args.seed)
+    model_dir = args.model or default_model_path()
+    folders = [out / "stage1", out] if len(plan) == 2 else [out]
+    for stage, folder in zip(plan, folders):
+        if folder != out and train.finished(folder):
+            print(f"stage 1 ({stage.kind}) already finished in {folder}; continuing with stage 2")
+        else:
+            resume = args.resume and (folder / "checkpoint").exists()
+            run_stage(stage, model_dir, folder, resume, corpus if stage.kind == "unsup" else nli, args, device)
+        model_dir = folder / "best" if (folder / "best").exists() else folder / "model"
+    if distributed.rank() == 0:
+        print(f"done: encoder saved to {out / 'model'} (mean pooling)")
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(main)

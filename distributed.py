@@ -1,0 +1,114 @@
+"""Several processes (torchrun): N processes train exactly like one process with the whole batch.
+
+Each process holds its share of every batch (data.BatchSampler deals the global batch out). The methods'
+losses (tsdae.py, consert.py) are written for the batch they are given; this file makes them the loss of
+the GLOBAL batch, differentiable in this process's share only:
+
+  global_mean(total, count)      sum over all processes / count over all processes
+  gather_with_local_grad(x)      every process's rows of x; only this process's carry gradient
+  tsdae_over_global_batch, consert_over_global_batch
+                                 put those two into a method's objective, in place
+  ddp(objective, device)         DistributedDataParallel that SUMS the processes' gradients: each is the
+                                 gradient of its own share of the global loss, so the sum is the gradient
+
+On one process every function here is the identity.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+def init() -> tuple[int, int]:
+    """(rank, world size). Under torchrun (RANK/WORLD_SIZE set) joins the process group: NCCL on CUDA, gloo on CPU."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return rank(), world_size()
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def rank() -> int:
+    """This process's number (0 = the main process, which logs, evaluates and writes files)."""
+    return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+
+
+def global_mean(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """total / count over the global batch, from this process's `total` and `count`. The other processes'
+    sums enter as constants: each process differentiates its own part."""
+    if world_size() == 1:
+        return total / count
+    others = torch.stack([total.detach().float(), count.float()])
+    dist.all_reduce(others)  # (global sum, global count)
+    return (total + (others[0] - total.detach())) / others[1]
+
+
+def gather_with_local_grad(x: torch.Tensor) -> torch.Tensor:
+    """Every process's rows of `x` (N_r, ...), concatenated in rank order. Only this process's rows carry
+    gradient (see global_mean). Shares may differ by one row."""
+    if world_size() == 1:
+        return x
+    sizes = [torch.zeros(1, dtype=torch.long, device=x.device) for _ in range(world_size())]
+    dist.all_gather(sizes, torch.tensor([len(x)], device=x.device))
+    longest = int(max(sizes))
+    parts = [torch.empty(longest, *x.shape[1:], dtype=x.dtype, device=x.device) for _ in sizes]
+    padded = torch.cat([x.detach(), x.new_zeros(longest - len(x), *x.shape[1:])])  # all_gather needs equal shapes
+    dist.all_gather(parts, padded)
+    parts = [part[: int(n)] for part, n in zip(parts, sizes)]
+    parts[dist.get_rank()] = x
+    return torch.cat(parts)
+
+
+# ----------------------------------------------------------------------------
+# The methods' losses over the global batch
+
+
+def tsdae_over_global_batch(objective: nn.Module) -> None:
+    """In place: a TSDAE objective (tsdae.py or fast.py), a mean over objective.count(batch) terms of this
+    process's share, becomes the mean over the global batch's terms."""
+    if world_size() == 1:
+        return
+    mean_of_share = objective.forward
+
+    def forward(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        count = objective.count(batch)
+        return global_mean(mean_of_share(batch) * count, count)
+
+    objective.forward = forward
+
+
+def consert_over_global_batch(objective: nn.Module, local_negatives: bool = False) -> None:
+    """In place: a ConSERT objective's NT-Xent takes its negatives from every process's sentences (with
+    `local_negatives`: each process contrasts its own sentences, and the loss is the mean over processes), and
+    its supervised cross-entropy is the mean over the global batch's pairs. Both gather what comes out of the
+    model's parameters (vectors, logits), so each process's parameter gradients come from its own rows only."""
+    if world_size() == 1:
+        return
+    contrastive, supervised = objective.contrastive_loss, objective.supervised_loss
+    if local_negatives:
+        objective.contrastive_loss = lambda z1, z2, keys: global_mean(contrastive(z1, z2, keys), z1.new_tensor(1.0))
+    else:
+        objective.contrastive_loss = lambda z1, z2, keys: contrastive(
+            gather_with_local_grad(z1), gather_with_local_grad(z2), gather_with_local_grad(keys))
+    objective.supervised_loss = lambda logits, labels: supervised(
+        gather_with_local_grad(logits), gather_with_local_grad(labels))
+
+
+def ddp(objective: nn.Module, device: torch.device) -> nn.Module:
+    """The objective itself on one process; else DistributedDataParallel whose gradient all-reduce SUMS
+    (DDP's own hook averages, which would divide each process's share of the global gradient by N)."""
+    if world_size() == 1:
+        return objective
+    wrapped = nn.parallel.DistributedDataParallel(objective, device_ids=[device] if device.type == "cuda" else None)
+    wrapped.register_comm_hook(None, _sum_gradients)
+    return wrapped
+
+
+def _sum_gradients(state, bucket):  # (None, dist.GradBucket) -> Future; DDP refuses string annotations here
+    return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda fut: fut.value()[0])
