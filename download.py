@@ -1,11 +1,14 @@
 """Download the public evaluation data into the folder layout evaluate.py reads (the README's "Data" section).
 
-    python evaluate.py --fetch-data data/        # every set; see --help for choosing sets and a --mirror
+    python evaluate.py --fetch-data data/              # every default set; see --help for --sets and --mirror
+    python evaluate.py --fetch-data data/ --sets useb  # USEB's data-eval and data-train, into data/useb/
 
 Every file comes from a public GitHub repository at a pinned commit, so its bytes never change and its
 SHA256 is written below: a file is only put in place once its checksum matches. The original servers
 (SentEval's sources, USEB's zip) serve zips and tarballs that need unpacking and, for STS, a Moses
 tokenizer; the pinned copies are those files already unpacked (and tokenized), one plain file each.
+The one exception is the set `useb` (not among the default sets: several hundred MB): USEB's own two zips,
+data-eval.zip and data-train.zip, from the authors' server, unpacked into useb/data-eval/ and useb/data-train/.
 
 From Python: `download.fetch(Path("data"), ["sts12", "sick"], mirror=None)`. `mirror` is a base URL
 (e.g. file:///copy/of/data) under which each file is looked up by its place in the layout instead.
@@ -14,11 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
+import zipfile
+from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
 
@@ -27,9 +32,10 @@ class DownloadError(Exception):
 
 
 class Remote(NamedTuple):
-    dest: str  # where it goes, relative to the data folder
+    dest: str  # where it goes, relative to the data folder (a zip: where a --mirror serves it)
     url: str
     sha256: str | None  # None: not known in advance; the computed sum is printed instead
+    unpack: str | None = None  # a zip: the folder at its top, which goes beside `dest` (the zip is not kept)
 
 
 def _github(repo_at_commit: str, src_dir: str, dest_dir: str, sums: dict[str, str | None]) -> list[Remote]:
@@ -78,6 +84,8 @@ ASKUBUNTU = "taolei87/askubuntu/4d0a9169ef0bfa4c93ff1aa9f25bc426a7fa559e"
 # SNLI dev (untokenized JSON lines, "-" pairs dropped) from anthonywchen/generative-nli, made from the official
 # https://nlp.stanford.edu/projects/snli/snli_1.0.zip (the SNLI URL of SentEval's script); CC BY-SA 4.0.
 GENERATIVE_NLI = "anthonywchen/generative-nli/5780c5aff1b0038182ca8fe10dcd910614a39037"
+
+USEB_SERVER = "https://public.ukp.informatik.tu-darmstadt.de/kwang/unsupse-benchmark/tsdae-evaluation"
 
 SETS: dict[str, list[Remote]] = {
     "stsbenchmark": _github(SYNWMD, f"{STS}/STSBenchmark/stsbenchmark", "stsbenchmark", {
@@ -185,7 +193,13 @@ SETS: dict[str, list[Remote]] = {
     }),
     "nli": [Remote("nli/snli_dev.jsonl", f"https://raw.githubusercontent.com/{GENERATIVE_NLI}/data/snli/dev.jsonl",
                    "4610d85664b3fa453c33fbbbc006ac870aaa1435ad1583b944af027673f5c3d4")],
+    # USEB (UKPLab/useb, the TSDAE paper's benchmark): the two zips its useb/downloading.py fetches, each holding
+    # one folder, data-eval/ (what evaluate.py's useb-* tasks read) and data-train/ (<domain>/unsupervised/train.txt
+    # and the supervised pairs). Their checksums are not known here (the server could not be reached).
+    "useb": [Remote(f"useb/{name}.zip", f"{USEB_SERVER}/{name}.zip", None, unpack=name)
+             for name in ("data-eval", "data-train")],
 }
+DEFAULT_SETS = [name for name in SETS if name != "useb"]  # `fetch` without sets: all but USEB's large zips
 
 HINT = "the README's \"Data\" section lists the sources; you can also copy the file there by hand"
 
@@ -202,39 +216,83 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def fetch_into(url: str, fd: int, dest: Path, sha256: str | None) -> str:
+    """Write the bytes at `url` into the open file descriptor `fd` (closed after) and check them; returns their
+    SHA256. `dest` is named in the one-line DownloadError."""
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "wb") as out:
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:  # also reads file:// URLs
+                while chunk := response.read(1 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+        except (urllib.error.URLError, OSError, ValueError) as e:  # HTTPError and timeouts included
+            reason = e if isinstance(e, urllib.error.HTTPError) else getattr(e, "reason", e)
+            raise DownloadError(f"could not download {url} ({reason}) for {dest}; {HINT}") from None
+    got = digest.hexdigest()
+    if sha256 is not None and got != sha256:
+        raise DownloadError(f"checksum mismatch for {dest} from {url}: expected sha256 {sha256}, "
+                            f"got {got}; the file was not kept")
+    return got
+
+
 def download(url: str, dest: Path, sha256: str | None) -> str:
     """Fetch `url` into a temporary file next to `dest`, check it, then rename it onto `dest` (atomic: a failed
     or corrupt download leaves neither a partial file nor a temporary one). Returns the file's SHA256."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     try:
-        digest = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out:
-            try:
-                with urllib.request.urlopen(url, timeout=60) as response:  # also reads file:// URLs
-                    while chunk := response.read(1 << 20):
-                        digest.update(chunk)
-                        out.write(chunk)
-            except (urllib.error.URLError, OSError, ValueError) as e:  # HTTPError and timeouts included
-                reason = e if isinstance(e, urllib.error.HTTPError) else getattr(e, "reason", e)
-                raise DownloadError(f"could not download {url} ({reason}) for {dest}; {HINT}") from None
-        got = digest.hexdigest()
+        got = fetch_into(url, fd, dest, sha256)
         os.chmod(tmp, 0o644)  # mkstemp makes it private to the user; a data file is readable like any other
-        if sha256 is not None and got != sha256:
-            raise DownloadError(f"checksum mismatch for {dest} from {url}: expected sha256 {sha256}, "
-                                f"got {got}; the file was not kept")
         os.replace(tmp, dest)
         return got
     finally:
         Path(tmp).unlink(missing_ok=True)  # gone already after a successful rename
 
 
+def safe_member(name: str) -> bool:
+    """A zip entry that stays inside the folder it is extracted into: relative, no '..', no drive letter."""
+    path = PurePosixPath(name.replace("\\", "/"))
+    return not path.is_absolute() and ".." not in path.parts and ":" not in name
+
+
+def download_zip(url: str, folder: Path, sha256: str | None) -> str:
+    """Fetch the zip at `url` into a temporary file, check it, extract it into a temporary folder beside
+    `folder`, then rename the folder of that name at the zip's top onto `folder` (atomic: after a failure
+    neither `folder` nor anything temporary is left). Returns the zip's SHA256."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_zip = tempfile.mkstemp(prefix=f".{folder.name}.", suffix=".zip.part", dir=folder.parent)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".part", dir=folder.parent))
+    try:
+        got = fetch_into(url, fd, folder, sha256)
+        try:
+            with zipfile.ZipFile(tmp_zip) as archive:
+                unsafe = [name for name in archive.namelist() if not safe_member(name)]
+                if unsafe:
+                    raise DownloadError(f"refusing {url}: its entry {unsafe[0]!r} would be written outside "
+                                        f"{folder.parent}; nothing was kept")
+                archive.extractall(tmp_dir)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError) as e:
+            raise DownloadError(f"could not unpack {url} ({e}) for {folder}; nothing was kept") from None
+        if not (tmp_dir / folder.name).is_dir():
+            raise DownloadError(f"{url} holds no folder {folder.name}/ at its top; nothing was kept")
+        try:
+            os.rename(tmp_dir / folder.name, folder)  # the whole folder appears at once (or not at all)
+        except OSError as e:
+            raise DownloadError(f"could not put {folder} in place ({e.strerror}); nothing was kept") from None
+        return got
+    finally:
+        Path(tmp_zip).unlink(missing_ok=True)
+        shutil.rmtree(tmp_dir, ignore_errors=True)  # what the zip held besides the folder, if anything
+
+
 def fetch(data_dir: Path, sets: list[str] | None = None, mirror: str | None = None) -> list[str]:
-    """Download the files of `sets` (default: all of SETS) into `data_dir`, skipping those already there with the
-    right checksum. `mirror`: a base URL (file:// works) holding the same layout, used instead of the sources.
-    Returns the paths, relative to `data_dir`, of the files it downloaded. Raises DownloadError."""
+    """Download the files of `sets` (default: DEFAULT_SETS, all but useb) into `data_dir`, skipping those already
+    there with the right checksum (a zip: whose folder is there). `mirror`: a base URL (file:// works) holding the
+    same layout, used instead of the sources. Returns the paths, relative to `data_dir`, of the files it
+    downloaded (a zip: the folder it unpacked). Raises DownloadError."""
     data_dir = Path(data_dir)
-    names = list(SETS) if sets is None else list(sets)
+    names = list(DEFAULT_SETS) if sets is None else list(sets)
     unknown = [name for name in names if name not in SETS]
     if unknown:
         raise DownloadError(f"unknown data set {', '.join(unknown)}; choose from {', '.join(SETS)}")
@@ -244,12 +302,23 @@ def fetch(data_dir: Path, sets: list[str] | None = None, mirror: str | None = No
     for i, f in enumerate(files, 1):
         dest = data_dir / f.dest
         step = f"[{i}/{len(files)}] {f.dest}"
+        url = f.url if mirror is None else f"{mirror.rstrip('/')}/{urllib.parse.quote(f.dest)}"
+        if f.unpack:  # a zip: its folder is only ever renamed into place complete, so being there is enough
+            folder = dest.parent / f.unpack
+            rel = folder.relative_to(data_dir).as_posix()
+            if folder.is_dir():
+                print(f"{step}: already there ({rel}/)")
+                continue
+            got = download_zip(url, folder, f.sha256)
+            note = "sha256 ok" if f.sha256 else f"sha256 {got}, not checked: no known checksum"
+            print(f"{step}: downloaded ({note}), unpacked into {rel}/")
+            downloaded.append(rel)
+            continue
         if dest.is_file() and (f.sha256 is None or sha256_of(dest) == f.sha256):
             print(f"{step}: already there")
             continue
         if dest.is_file():
             print(f"{step}: wrong checksum, downloading it again")
-        url = f.url if mirror is None else f"{mirror.rstrip('/')}/{urllib.parse.quote(f.dest)}"
         got = download(url, dest, f.sha256)
         note = "sha256 ok" if f.sha256 else f"sha256 {got}, not checked: no known checksum; kept"
         print(f"{step}: downloaded ({note})")

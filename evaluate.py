@@ -5,10 +5,13 @@ cosine similarity of the two sentence embeddings, on STS12-16, the STS benchmark
 and SICK-R; "avg7" is the unweighted mean of those seven.
 Ranking (TSDAE's table, the USEB protocol): AskUbuntu MAP (plus P@1, P@5, MRR)
 after re-ranking 20 BM25 candidates by cosine; TwitterPara average precision.
+USEB itself (TSDAE's tab. 2, the `useb` package's scores to the digit): useb-askubuntu,
+useb-cqadupstack, useb-twitterpara, useb-scidocs on USEB's own data-eval, `--split test|valid`.
 Also a generic re-ranking file format so you can score your own data.
 
     python evaluate.py --tasks all --json scores.json      # default model: all-MiniLM-L6-v2
     python evaluate.py --model out/tsdae --tasks stsb,sickr
+    python evaluate.py --model out/tsdae --tasks useb --split valid   # USEB's dev data
 
 From Python (e.g. between training steps), any object with
 `encode(sentences, batch_size=..., show_progress=...) -> (N, d) tensor` works:
@@ -16,6 +19,7 @@ From Python (e.g. between training steps), any object with
     from evaluate import evaluate, stsb_dev_spearman
     scores = evaluate(encoder, ["sts12", "stsb"], data_dir)   # {"sts12": 60.1, ..., "details": {...}}
     dev = stsb_dev_spearman(encoder)                           # one float, Spearman x 100
+    useb_dev = evaluate(encoder, ["useb-askubuntu"], data_dir, split="valid")["useb-askubuntu"]
 
 Data layout: the README's "Data" section; protocol details: docs/evaluation.md.
 """
@@ -37,7 +41,7 @@ from scipy.stats import spearmanr
 import cli
 import fast
 from checkpoint import ModelLoadError, default_model_path
-from data import STS_SUBSETS, load_sick, load_stsb, load_sts_year, read_lines
+from data import STS_SUBSETS, load_sick, load_stsb, load_sts_year, progress, read_lines
 from model import SentenceEncoder
 
 HERE = Path(__file__).resolve().parent
@@ -83,6 +87,10 @@ class DataMissingError(SystemExit):
     """A data file is not there. A SystemExit: uncaught, Python prints the one-line message, no traceback."""
 
 
+class DataFormatError(ValueError):
+    """A data file is malformed; the one-line message names the file and the line (or the JSON key)."""
+
+
 def default_data_dir() -> Path:
     """$EVAL_DATA_DIR, else data/ in this repository (where `python evaluate.py --fetch-data data` puts it)."""
     return Path(os.environ.get("EVAL_DATA_DIR") or HERE / "data")
@@ -95,8 +103,9 @@ def missing_file(task: str, data_dir: Path) -> str | None:
         return None if path.is_file() else f"missing re-ranking file {path} (your own jsonl, see evaluate.py)"
     for rel in TASK_FILES[task]:
         if not (data_dir / rel).is_file():
+            sets = " --sets useb" if rel.startswith("useb/") else ""  # USEB is not among the default sets
             return (f"missing data file {data_dir / rel}: it belongs to {SOURCES[rel.split('/')[0]]} "
-                    f"(python evaluate.py --fetch-data {data_dir} downloads the public sets)")
+                    f"(python evaluate.py --fetch-data {data_dir}{sets} downloads the public sets)")
     return None
 
 
@@ -178,13 +187,16 @@ def load_twitter_url(path: Path) -> list[tuple[str, str, int]]:
     """Twitter URL corpus test set: sentence1 TAB sentence2 TAB (n,6) TAB url, n of 6 annotators said
     paraphrase. USEB's rule: n > 3 -> paraphrase (1), n < 3 -> not (0), n = 3 undecided -> dropped."""
     pairs = []
-    for line in read_lines(path):
+    for number, line in enumerate(read_lines(path), 1):
         if not line.strip():  # the file has 250 blank lines
             continue
-        s1, s2, votes = line.split("\t")[:3]
-        n = int(votes.strip("()").split(",")[0])
+        try:
+            s1, s2, votes = line.split("\t")[:3]
+            n = int(votes.strip("()").split(",")[0])
+        except ValueError:
+            raise DataFormatError(f"{path}:{number}: want sentence1 TAB sentence2 TAB (n,6) votes") from None
         if n != 3:
-            pairs.append((s1, s2, int(n > 3)))
+            pairs.append((s1.strip(), s2.strip(), int(n > 3)))  # stripped, as USEB encodes them
     return pairs
 
 
@@ -193,21 +205,29 @@ def load_pit2015(path: Path) -> list[tuple[str, str, int]]:
     USEB's rule on the expert score: 4-5 -> paraphrase (1), 0-2 -> not (0), 3 (debatable) -> dropped.
     This is the same split as the official test.label (true / false / ----)."""
     pairs = []
-    for line in read_lines(path):
+    for number, line in enumerate(read_lines(path), 1):
         fields = line.split("\t")
-        expert = int(fields[4])
+        try:
+            expert = int(fields[4])
+        except (IndexError, ValueError):
+            raise DataFormatError(f"{path}:{number}: want topic id, topic, sentence1, sentence2, expert score "
+                                  "0-5, ... (tab-separated)") from None
         if expert != 3:
-            pairs.append((fields[2], fields[3], int(expert > 3)))
+            pairs.append((fields[2].strip(), fields[3].strip(), int(expert > 3)))  # stripped, as USEB encodes them
     return pairs
 
 
-def load_askubuntu_titles(path: Path) -> dict[str, str]:
-    """text_tokenized.txt.gz of the AskUbuntu release: question id TAB title TAB body, gzip-compressed."""
+def load_askubuntu_titles(path: Path, keep: set[str] | None = None) -> dict[str, str]:
+    """text_tokenized.txt.gz of the AskUbuntu release (USEB's data-eval: text_tokenized.txt, not compressed):
+    question id TAB title TAB body. Only the ids in `keep` when given (the corpus has 167,765 questions)."""
     titles = {}
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            fields = line.rstrip("\n").split("\t")
-            titles[fields[0].strip()] = fields[1].strip()
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as f:
+        for number, line in enumerate(f, 1):
+            fields = line.rstrip("\n").split("\t", 2)
+            if len(fields) < 2:
+                raise DataFormatError(f"{path}:{number}: want question id TAB title TAB body")
+            if keep is None or fields[0].strip() in keep:
+                titles[fields[0].strip()] = fields[1].strip()
     return titles
 
 
@@ -216,10 +236,19 @@ def load_askubuntu_queries(path: Path) -> list[tuple[str, set[str], list[str]]]:
     space-separated). Returns (query, positives, candidates in BM25 order) for the queries that have at
     least one similar question; the others do not count in USEB's (or anyone's) MAP."""
     queries = []
-    for line in read_lines(path):
-        qid, similar, candidates, bm25 = line.split("\t")
-        candidates = candidates.split()
-        bm25_order = rerank(candidates, [float(s) for s in bm25.split()])  # the files are already so
+    for number, line in enumerate(read_lines(path), 1):
+        fields = line.split("\t")
+        try:
+            qid, similar, candidates, bm25 = fields
+            candidates, bm25 = candidates.split(), [float(s) for s in bm25.split()]
+        except ValueError:
+            raise DataFormatError(f"{path}:{number}: want query id, similar ids, candidate ids, BM25 scores "
+                                  f"(4 tab-separated fields, got {len(fields)})") from None
+        if len(bm25) != len(candidates):
+            raise DataFormatError(f"{path}:{number}: {len(candidates)} candidates but {len(bm25)} BM25 scores")
+        if similar.split() and not set(similar.split()) & set(candidates):
+            raise DataFormatError(f"{path}:{number}: none of the similar questions is among the candidates")
+        bm25_order = rerank(candidates, bm25)  # the files are already so
         if similar.split():
             queries.append((qid, set(similar.split()), bm25_order))
     return queries
@@ -299,12 +328,16 @@ def task_twitterpara(encoder, data_dir: Path, batch_size: int, show_progress: bo
 
 
 def askubuntu_scores(encoder, folder: Path, splits: Sequence[str] = ("test", "dev"), batch_size: int = 64,
-                     show_progress: bool = False) -> dict[str, dict[str, float]]:
+                     show_progress: bool = False, corpus: str = "text_tokenized.txt.gz") -> dict[str, dict[str, float]]:
     """MAP, P@1, P@5, MRR of each split in an AskUbuntu release folder (USEB protocol): embed the TITLES
-    of the query and its 20 BM25 candidates, re-rank by cosine (ties keep BM25 order), score the list."""
-    titles = load_askubuntu_titles(folder / "text_tokenized.txt.gz")
+    of the query and its 20 BM25 candidates, re-rank by cosine (ties keep BM25 order), score the list.
+    Only the questions of `splits` are read and encoded; `corpus` names the question file."""
     queries = {split: load_askubuntu_queries(folder / f"{split}.txt") for split in splits}
     ids = list(dict.fromkeys(i for qs in queries.values() for q, _, cands in qs for i in [q, *cands]))
+    titles = load_askubuntu_titles(folder / corpus, set(ids))
+    if missing := [i for i in ids if i not in titles]:
+        named_in = " or ".join(f"{split}.txt" for split in splits)
+        raise DataFormatError(f"{folder / corpus}: no line for question {missing[0]}, which {named_in} names")
     emb = encode_unique(encoder, [titles[i] for i in ids], batch_size, show_progress)
     row = {qid: n for n, qid in enumerate(ids)}
     results = {}
@@ -360,6 +393,235 @@ TASKS = {
 
 
 # ---------------------------------------------------------------------------
+# USEB, the TSDAE paper's benchmark (arXiv:2104.06979 §4, tab. 2), scored as the `useb` package scores it
+# ---------------------------------------------------------------------------
+# USEB's data-eval.zip unpacked under DATA/useb/ (python evaluate.py --fetch-data DATA --sets useb), the files
+# its evaluators read:
+#   useb/data-eval/askubuntu/    text_tokenized.txt, dev.txt, test.txt   (the taolei87 release, corpus un-gzipped)
+#   useb/data-eval/cqadupstack/  corpus.json {forum: {id: title}}, retrieval_split.json {split: {forum: {id: [ids]}}}
+#   useb/data-eval/twitterpara/  Twitter_URL_Corpus_test.txt, test.data, test.label (test only: no dev set)
+#   useb/data-eval/scidocs/      data.json {"corpus": {id: {"title": ...}}, split: {subset: {id: {id: relevance}}}}
+# As USEB: every text is stripped before it is encoded, every number is round(100 x value, 2), the split is
+# "test" or "valid" (the dev data), and useb-avg is the plain mean of the four rounded scores (useb.run's "avg").
+
+USEB_EVAL = "useb/data-eval"  # relative to the data folder
+USEB_TASKS = ["useb-askubuntu", "useb-cqadupstack", "useb-twitterpara", "useb-scidocs"]  # the `useb` group, in order
+USEB_SPLITS = ("test", "valid")
+CQADUPSTACK_TOP = 100    # USEB's MAP@100: the AP of the 100 best titles of the pool
+CQADUPSTACK_CHUNK = 256  # queries scored at once: no score matrix is larger than (CHUNK, pool)
+
+SOURCES["useb"] = ("USEB (Wang et al. 2021, github.com/UKPLab/useb): its data-eval.zip, which is not among "
+                   "the default sets")
+USEB_FILES = {
+    "useb-askubuntu": ["askubuntu/text_tokenized.txt", "askubuntu/dev.txt", "askubuntu/test.txt"],
+    "useb-cqadupstack": ["cqadupstack/corpus.json", "cqadupstack/retrieval_split.json"],
+    "useb-twitterpara": ["twitterpara/Twitter_URL_Corpus_test.txt", "twitterpara/test.data", "twitterpara/test.label"],
+    "useb-scidocs": ["scidocs/data.json"],
+}
+TASK_FILES.update({task: [f"{USEB_EVAL}/{rel}" for rel in files] for task, files in USEB_FILES.items()})
+TASK_FILES["useb"] = [rel for task in USEB_TASKS for rel in TASK_FILES[task]]
+
+
+def load_json(path: Path):
+    """A JSON file; a malformed one raises a one-line DataFormatError naming the file and the line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise DataFormatError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+
+
+def want(ok: bool, path: Path, where: str, what: str) -> None:
+    """Raise DataFormatError('PATH: WHERE: want WHAT') unless ok."""
+    if not ok:
+        raise DataFormatError(f"{path}: {where}: want {what}")
+
+
+# --- AskUbuntu and TwitterPara: the tasks above, on USEB's copy of the files -------------------------------
+
+def task_useb_askubuntu(encoder, data_dir: Path, batch_size: int, show_progress: bool,
+                        split: str = "test") -> tuple[float, dict]:
+    """USEB's AskUbuntu: the metric of the askubuntu task (titles, 20 BM25 candidates re-ranked by cosine, ties
+    keep BM25 order, MAP over the queries that have a similar question) on one split, dev.txt for "valid"."""
+    name = {"test": "test", "valid": "dev"}[split]
+    scores = askubuntu_scores(encoder, data_dir / USEB_EVAL / "askubuntu", [name], batch_size, show_progress,
+                              corpus="text_tokenized.txt")[name]
+    details = {metric: round(value, 2) if metric != "queries" else value for metric, value in scores.items()}
+    return details["map"], details
+
+
+def task_useb_twitterpara(encoder, data_dir: Path, batch_size: int, show_progress: bool,
+                          split: str = "test") -> tuple[float, dict]:
+    """USEB's TwitterPara: the twitterpara task's metric (mean of the URL-corpus and PIT-2015 average
+    precisions) on USEB's copy. There is no dev set: for "valid" USEB scores the test set (with a warning);
+    so does this."""
+    if split == "valid" and show_progress:
+        print("[evaluate] useb-twitterpara has no dev set: scoring its test set, as USEB does", file=sys.stderr)
+    score, details = task_twitterpara(encoder, data_dir / USEB_EVAL, batch_size, show_progress)
+    return round(score, 2), {name: round(v, 2) if isinstance(v, float) else v for name, v in details.items()}
+
+
+# --- CQADupStack: retrieval from each forum's pool ---------------------------------------------------------
+
+def load_cqadupstack(folder: Path, split: str) -> dict[str, tuple[dict[str, str], dict[str, list[str]]]]:
+    """{forum: (its titles {id: title}, the split's queries {query id: [duplicate ids]})}, forums in the order
+    of corpus.json (USEB's order)."""
+    corpus_path, split_path = folder / "corpus.json", folder / "retrieval_split.json"
+    corpus, queries = load_json(corpus_path), load_json(split_path)
+    want(isinstance(corpus, dict) and corpus, corpus_path, "top level", "{forum: {id: title}}")
+    want(isinstance(queries, dict) and isinstance(queries.get(split), dict), split_path, "top level",
+         f'{{"{split}": {{forum: {{query id: [duplicate ids]}}}}}}')
+    forums = {}
+    for forum, titles in corpus.items():
+        want(isinstance(titles, dict) and all(isinstance(t, str) for t in titles.values()), corpus_path, forum,
+             "{id: title} with string titles")
+        split_queries = queries[split].get(forum)
+        want(isinstance(split_queries, dict) and split_queries, split_path, f"{split}/{forum}",
+             "{query id: [duplicate ids]} with at least one query")
+        for qid, duplicates in split_queries.items():
+            want(qid in titles, split_path, f"{split}/{forum}/{qid}", "a query id of corpus.json")
+            want(isinstance(duplicates, list), split_path, f"{split}/{forum}/{qid}", "a list of duplicate ids")
+        forums[forum] = (titles, split_queries)
+    return forums
+
+
+def top_k_by_cosine(queries: torch.Tensor, pool: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best pool rows for each query: their cosines and row numbers, both (Q, k), best first. Rows are
+    unit vectors. A tie at the k-th place is broken the way torch.topk breaks it, as USEB (which calls it too)."""
+    scores = queries @ pool.T  # (Q, P) cosines: the only (queries x pool) matrix, Q <= CQADUPSTACK_CHUNK
+    return scores.topk(k, dim=-1)  # (Q, k) values, (Q, k) row numbers
+
+
+def cqadupstack_forum_aps(encoder, titles: dict[str, str], queries: dict[str, list[str]], batch_size: int = 64,
+                          show_progress: bool = False, forum: str = "") -> list[float]:
+    """USEB's AP@100 of each query of one forum, in the order of `queries`. The pool is the forum's titles less
+    ALL of the split's queries (a query never finds itself), each title encoded once; each query's 100 best
+    pool titles by cosine are scored with scikit-learn's AP (so recall counts only the duplicates among those
+    100), and a query with none of its duplicates among them scores 0."""
+    qids = list(queries)
+    pool_ids = [i for i in titles if i not in queries]  # the corpus order: it decides ties at the 100th place
+    emb = encode_unique(encoder, [titles[i].strip() for i in pool_ids + qids], batch_size, show_progress)
+    pool, query_emb = emb[: len(pool_ids)], emb[len(pool_ids):]  # (P, d), (Q, d): unit rows
+    pool_row = {doc: n for n, doc in enumerate(pool_ids)}
+    k = min(CQADUPSTACK_TOP, len(pool_ids))  # USEB fails on a pool smaller than 100; here it takes the pool
+    aps = []
+    starts = range(0, len(qids), CQADUPSTACK_CHUNK)
+    shown = None if show_progress else True  # data.progress: None = a bar on a terminal, True = never
+    for start in progress(starts, desc=f"cqadupstack/{forum}", unit="chunk", disable=shown):
+        top_scores, top_rows = top_k_by_cosine(query_emb[start:start + CQADUPSTACK_CHUNK], pool, k)  # (C, k) each
+        for qid, scores, rows in zip(qids[start:start + CQADUPSTACK_CHUNK], top_scores.tolist(), top_rows.tolist()):
+            duplicates = {pool_row[doc] for doc in queries[qid] if doc in pool_row}
+            labels = [int(row in duplicates) for row in rows]
+            # AP of the k retrieved titles, tied scores one cut-off (scikit-learn's); 0 when none is a duplicate
+            aps.append(average_precision(labels, scores) if any(labels) else 0.0)
+    return aps
+
+
+def cqadupstack_scores(encoder, folder: Path, split: str = "test", batch_size: int = 64,
+                       show_progress: bool = False) -> dict[str, float]:
+    """{forum: MAP@100 (mean AP over its queries), ..., "avg": unweighted mean over the forums}, 0-1 scale."""
+    scores = {}
+    for forum, (titles, queries) in load_cqadupstack(folder, split).items():
+        aps = cqadupstack_forum_aps(encoder, titles, queries, batch_size, show_progress, forum)
+        scores[forum] = float(np.mean(aps))
+    scores["avg"] = float(np.mean(list(scores.values())))  # each forum counts once, whatever its size
+    return scores
+
+
+def task_useb_cqadupstack(encoder, data_dir: Path, batch_size: int, show_progress: bool,
+                          split: str = "test") -> tuple[float, dict]:
+    scores = cqadupstack_scores(encoder, data_dir / USEB_EVAL / "cqadupstack", split, batch_size, show_progress)
+    details = {forum: round(100 * value, 2) for forum, value in scores.items() if forum != "avg"}
+    return round(100 * scores["avg"], 2), details
+
+
+# --- SciDocs: re-ranking each query's judged papers, trec_eval's MAP ---------------------------------------
+
+def trec_eval_ap(judged: dict[str, int], run: dict[str, float]) -> float:
+    """Average precision of one query as trec_eval's `map` computes it (USEB calls it through pytrec_eval).
+    `judged`: {doc id: relevance}, relevant = relevance >= 1; `run`: {doc id: score}. trec_eval ranks by score,
+    highest first, and breaks a tie by the doc id, the LARGER string first (strcmp; "9" before "10").
+    AP = (sum of the precision at the rank of each relevant doc retrieved) / (relevant docs judged, retrieved
+    or not); 0 when the query has no relevant doc."""
+    relevant = sum(1 for relevance in judged.values() if relevance >= 1)
+    ranked = sorted(run, key=lambda doc: (run[doc], doc), reverse=True)  # score, then id, both descending
+    hits, total = 0, 0.0
+    for rank, doc in enumerate(ranked, 1):
+        if judged.get(doc, 0) >= 1:
+            hits += 1
+            total += hits / rank
+    return total / relevant if relevant else 0.0
+
+
+def load_scidocs(path: Path, split: str) -> tuple[dict[str, str], dict[str, dict[str, dict[str, int]]]]:
+    """data.json -> ({paper id: title} for the papers that have a title, {subset: {query id: {doc id: relevance}}}).
+    As USEB: a paper missing from the corpus, or whose title is null or empty, has no title."""
+    data = load_json(path)
+    want(isinstance(data, dict) and isinstance(data.get("corpus"), dict), path, "top level",
+         '{"corpus": {id: {"title": ...}}, "valid": ..., "test": ...}')
+    want(isinstance(data.get(split), dict) and data[split], path, split, "{subset: {query id: {doc id: relevance}}}")
+    titles = {}
+    for pid, paper in data["corpus"].items():
+        want(isinstance(paper, dict), path, f"corpus/{pid}", '{"title": ...}')
+        title = paper.get("title")
+        want(title is None or isinstance(title, str), path, f"corpus/{pid}/title", "a string or null")
+        if title:
+            titles[pid] = title
+    for subset, qrel in data[split].items():
+        want(isinstance(qrel, dict) and all(isinstance(judged, dict) and
+                                            all(isinstance(r, int) for r in judged.values())
+                                            for judged in qrel.values()),
+             path, f"{split}/{subset}", "{query id: {doc id: integer relevance}}")
+    return titles, data[split]
+
+
+def scidocs_scores(encoder, folder: Path, split: str = "test", batch_size: int = 64,
+                   show_progress: bool = False) -> dict[str, float]:
+    """{subset: MAP, ..., "avg": mean over the subsets (cite, cocite, coread, coview)}, 0-1 scale. Each query's
+    title is compared by cosine with the titles of the papers judged for it; trec_eval's AP; the mean over the
+    queries that have a title (USEB skips the others; a judged paper without a title is left out of the run,
+    but a relevant one still counts in the AP's denominator)."""
+    titles, qrels = load_scidocs(folder / "data.json", split)
+    needed = {pid for qrel in qrels.values() for qid, judged in qrel.items() if qid in titles
+              for pid in [qid, *judged] if pid in titles}  # only what this split scores
+    texts = list(dict.fromkeys(titles[pid].strip() for pid in titles if pid in needed))
+    emb = encode_unique(encoder, texts, batch_size, show_progress)  # (T, d) unit rows
+    row = {text: n for n, text in enumerate(texts)}
+    scores = {}
+    for subset, qrel in qrels.items():
+        aps = []
+        for qid, judged in qrel.items():
+            if qid not in titles:
+                continue  # USEB: a query without a title is not scored and does not count
+            docs = [doc for doc in judged if doc in titles]
+            cosines = (emb[[row[titles[d].strip()] for d in docs]] @ emb[row[titles[qid].strip()]]).tolist()  # (D,)
+            aps.append(trec_eval_ap(judged, dict(zip(docs, cosines))))  # no doc with a title: an empty run, AP 0
+        want(bool(aps), folder / "data.json", f"{split}/{subset}", "at least one query with a title")
+        scores[subset] = float(np.mean(aps))
+    scores["avg"] = float(np.mean(list(scores.values())))
+    return scores
+
+
+def task_useb_scidocs(encoder, data_dir: Path, batch_size: int, show_progress: bool,
+                      split: str = "test") -> tuple[float, dict]:
+    scores = scidocs_scores(encoder, data_dir / USEB_EVAL / "scidocs", split, batch_size, show_progress)
+    details = {subset: round(100 * value, 2) for subset, value in scores.items() if subset != "avg"}
+    return round(100 * scores["avg"], 2), details
+
+
+TASKS.update({
+    "useb-askubuntu": task_useb_askubuntu,
+    "useb-cqadupstack": task_useb_cqadupstack,
+    "useb-twitterpara": task_useb_twitterpara,
+    "useb-scidocs": task_useb_scidocs,
+})
+
+# ---------------------------------------------------------------------------
+# (end of USEB)
+# ---------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------
 # The entry points
 # ---------------------------------------------------------------------------
 
@@ -367,20 +629,25 @@ def parse_tasks(tasks: str | Sequence[str]) -> list[str]:
     """'stsb,sickr' or ['stsb', 'sickr'] -> list of names; raises ValueError on an unknown one."""
     names = [t.strip() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
     for name in names:
-        if name != "all" and name not in TASKS and not name.startswith("rerank:"):
-            raise ValueError(f"unknown task {name!r}; choose from all, {', '.join(TASKS)}, rerank:PATH")
+        if name not in ("all", "useb") and name not in TASKS and not name.startswith("rerank:"):
+            raise ValueError(f"unknown task {name!r}; choose from all, useb, {', '.join(TASKS)}, rerank:PATH")
     return names
 
 
 def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = None, batch_size: int = 64,
-             show_progress: bool = False) -> dict:
-    """Run the tasks; returns {task: score x 100, ..., "avg7": ... (when all seven STS ran),
-    "details": {task: {...}}, "skipped": {task: reason}}. "all" runs every task whose data is present;
-    a task named explicitly whose data is missing raises DataMissingError before anything is encoded."""
+             show_progress: bool = False, split: str = "test") -> dict:
+    """Run the tasks; returns {task: score x 100, ..., "avg7": ... (when all seven STS ran), "useb-avg": ...
+    (when the four useb tasks ran), "details": {task: {...}}, "skipped": {task: reason}}. "all" runs every task
+    whose data is present (but not the useb ones); "useb" the four useb tasks. A task named explicitly whose data
+    is missing raises DataMissingError before anything is encoded. `split` ("test" or "valid", USEB's dev data,
+    for model selection) is what the useb tasks score; the other tasks ignore it (each reports its test score,
+    with dev in details where it has one)."""
+    if split not in USEB_SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {', '.join(USEB_SPLITS)}")
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
     names, skipped = [], {}
     for name in parse_tasks(tasks):
-        for task in ALL_TASKS if name == "all" else [name]:
+        for task in ALL_TASKS if name == "all" else USEB_TASKS if name == "useb" else [name]:
             problem = missing_file(task, data_dir)
             if problem and name == "all":
                 skipped[task] = problem
@@ -394,9 +661,12 @@ def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = 
         if show_progress:
             print(f"[evaluate] {task}", file=sys.stderr, flush=True)
         run = task_rerank(Path(task.removeprefix("rerank:"))) if task.startswith("rerank:") else TASKS[task]
-        result[task], details[task] = run(encoder, data_dir, batch_size, show_progress)
+        options = {"split": split} if task in USEB_TASKS else {}
+        result[task], details[task] = run(encoder, data_dir, batch_size, show_progress, **options)
     if all(task in result for task in AVG7_TASKS):
         result["avg7"] = float(np.mean([result[task] for task in AVG7_TASKS]))  # ConSERT: unweighted mean of 7
+    if all(task in result for task in USEB_TASKS):  # useb.run's "avg": the mean of the four ROUNDED scores
+        result["useb-avg"] = sum(result[task] for task in USEB_TASKS) / len(USEB_TASKS)
     return {**result, "details": details, "skipped": skipped}
 
 
@@ -425,7 +695,15 @@ def make_parser() -> argparse.ArgumentParser:
                                             "ranking tasks.", formatter_class=cli.HelpFormatter)
     parser.add_argument("--model", help="model folder or Hub id (default: the shipped all-MiniLM-L6-v2)")
     parser.add_argument("--tasks", default="all",
-                        help=f"comma-separated: all, {', '.join(TASKS)}, rerank:PATH")
+                        help=f"comma-separated: all, useb, {', '.join(TASKS)}, rerank:PATH. all: every task "
+                             "whose data is present except the useb ones; useb: useb-askubuntu, useb-cqadupstack, "
+                             "useb-twitterpara, useb-scidocs and their mean useb-avg, scored as the useb package "
+                             "does on its data-eval (an hour or more on a CPU). askubuntu and twitterpara are the "
+                             "same metrics as useb-askubuntu and useb-twitterpara on the separately fetched "
+                             "releases, not rounded (askubuntu: test, with dev in details)")
+    parser.add_argument("--split", default="test", choices=USEB_SPLITS,
+                        help="the split the useb tasks score: test, or valid (USEB's dev data, for model selection; "
+                             "TwitterPara has none and scores test, as USEB does). The other tasks ignore it")
     parser.add_argument("--data-dir", help="evaluation data (default: $EVAL_DATA_DIR, else data/ here)")
     parser.add_argument("--pooling", choices=["cls", "mean", "max", "last2-mean"],
                         help="default: the model folder's own; last2-mean = the average of the mean-pooled last two "
@@ -438,7 +716,9 @@ def make_parser() -> argparse.ArgumentParser:
     fetching.add_argument("--fetch-data", metavar="DIR", type=Path,
                           help="download the public evaluation sets into DIR (SHA256-checked), then stop")
     fetching.add_argument("--sets", help="with --fetch-data: comma-separated sets (default: all of "
-                                         "stsbenchmark, sick, sts12-sts16, twitterpara, askubuntu, nli)")
+                                         "stsbenchmark, sick, sts12-sts16, twitterpara, askubuntu, nli; useb, "
+                                         "USEB's data-eval.zip and data-train.zip, several hundred MB, only "
+                                         "when named)")
     fetching.add_argument("--mirror", metavar="URL",
                           help="with --fetch-data: read every file from URL/<its place in the layout> instead "
                                "(a local copy: file:///path/to/data)")
@@ -477,12 +757,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if not args.plain:
         encoder = fast.speed_up_encoder(encoder, device)
-    result = evaluate(encoder, tasks, data_dir, args.batch_size, show_progress=True)
+    try:
+        result = evaluate(encoder, tasks, data_dir, args.batch_size, show_progress=True, split=args.split)
+    except DataFormatError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(format_table(result))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "w", encoding="utf-8") as f:
-            meta = {"model": str(model_dir), "pooling": encoder.pooling, "data_dir": str(data_dir)}
+            meta = {"model": str(model_dir), "pooling": encoder.pooling, "data_dir": str(data_dir), "split": args.split}
             json.dump({**meta, **result}, f, indent=2)
     return 0
 

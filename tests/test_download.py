@@ -1,5 +1,7 @@
-"""download.py, offline: the evaluation data folder itself serves as the mirror (file:// URLs)."""
+"""download.py, offline: the evaluation data folder itself serves as the mirror (file:// URLs); USEB's zips are
+stand-ins made here."""
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,9 @@ def test_fetch_from_mirror_gives_the_same_bytes_and_a_second_call_downloads_noth
                                                                                        monkeypatch):
     askubuntu = [f for f in download.SETS["askubuntu"] if f.dest != CORPUS]  # the mirror lacks the corpus
     monkeypatch.setitem(download.SETS, "askubuntu", askubuntu)
-    expected = [f.dest for files in download.SETS.values() for f in files]
-    assert download.fetch(tmp_path, mirror=data_dir.as_uri()) == expected  # every set, in table order
+    expected = [f.dest for name in download.DEFAULT_SETS for f in download.SETS[name]]
+    assert download.DEFAULT_SETS == [name for name in download.SETS if name != "useb"]  # USEB only when named
+    assert download.fetch(tmp_path, mirror=data_dir.as_uri()) == expected  # every default set, in table order
     for rel in expected:
         assert (tmp_path / rel).read_bytes() == (data_dir / rel).read_bytes(), rel
     assert not list(tmp_path.rglob("*.part"))
@@ -38,8 +41,13 @@ def test_every_checksum_in_the_table_is_the_one_in_sha256sums(data_dir):
     for line in (data_dir / "SHA256SUMS").read_text().splitlines():
         digest, rel = line.split("  ", 1)
         sums[rel] = digest
-    files = [f for files in download.SETS.values() for f in files]
+    files = [f for name in download.DEFAULT_SETS for f in download.SETS[name]]
     assert [f.dest for f in files if f.sha256 is None] == [CORPUS]
+    useb = download.SETS["useb"]  # the authors' two zips, as useb/downloading.py fetches them; sums unknown
+    assert [(f.dest, f.unpack, f.sha256) for f in useb] == [("useb/data-eval.zip", "data-eval", None),
+                                                            ("useb/data-train.zip", "data-train", None)]
+    assert [f.url for f in useb] == [f"https://public.ukp.informatik.tu-darmstadt.de/kwang/unsupse-benchmark/"
+                                     f"tsdae-evaluation/{name}.zip" for name in ("data-eval", "data-train")]
     for f in files:
         if f.sha256 is not None:
             assert sums.get(f.dest) == f.sha256, f.dest
@@ -102,3 +110,66 @@ def test_a_file_without_known_checksum_is_kept_and_its_sum_printed(data_dir, tmp
     assert f"sha256 {download.sha256_of(out / CORPUS)}, not checked" in capsys.readouterr().out
     assert download.fetch(out, ["askubuntu"], mirror=mirror.as_uri()) == []
     assert evaluate.missing_file("askubuntu", out) is None
+
+
+# ---------------------------------------------------------------------------
+# USEB's zips: downloaded to a temporary file, unpacked beside the target, renamed into place
+# ---------------------------------------------------------------------------
+
+def make_zip(path: Path, entries: dict[str, str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in entries.items():
+            archive.writestr(zipfile.ZipInfo(name), text)
+    return path
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if p.name.startswith("."))
+
+
+def test_useb_zips_unpack_into_data_useb_and_a_second_call_downloads_nothing(tmp_path, capsys):
+    mirror = tmp_path / "mirror"
+    make_zip(mirror / "useb" / "data-eval.zip", {"data-eval/askubuntu/dev.txt": "1\t2\t2 3\t1 0\n",
+                                                 "data-eval/scidocs/data.json": "{}", "tree.txt": "not kept"})
+    make_zip(mirror / "useb" / "data-train.zip", {"data-train/twitter/unsupervised/train.txt": "a tweet\n"})
+    out = tmp_path / "data"
+    assert download.fetch(out, ["useb"], mirror=mirror.as_uri()) == ["useb/data-eval", "useb/data-train"]
+    assert (out / "useb" / "data-eval" / "askubuntu" / "dev.txt").read_text() == "1\t2\t2 3\t1 0\n"
+    assert (out / "useb" / "data-train" / "twitter" / "unsupervised" / "train.txt").read_text() == "a tweet\n"
+    assert sorted(p.name for p in (out / "useb").iterdir()) == ["data-eval", "data-train"]  # no zip, no temporary
+    printed = capsys.readouterr().out
+    digest = download.sha256_of(mirror / "useb" / "data-eval.zip")
+    assert f"useb/data-eval.zip: downloaded (sha256 {digest}, not checked: no known checksum), unpacked into " \
+           f"useb/data-eval/" in printed
+    assert download.fetch(out, ["useb"], mirror=mirror.as_uri()) == []
+    assert "already there (useb/data-eval/)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("entries, message", [
+    ({"data-eval/ok.txt": "x", "../escaped.txt": "x"}, r"entry '\.\./escaped\.txt' would be written outside"),
+    ({"data-eval/ok.txt": "x", "/tmp/absolute.txt": "x"}, r"entry '/tmp/absolute\.txt' would be written outside"),
+    ({"data-eval/../../escaped.txt": "x"}, r"would be written outside"),
+    ({"other/ok.txt": "x"}, r"holds no folder data-eval/ at its top"),
+])
+def test_a_bad_zip_is_refused_and_nothing_is_left(tmp_path, entries, message):
+    mirror = tmp_path / "mirror"
+    make_zip(mirror / "useb" / "data-eval.zip", entries)
+    out = tmp_path / "data"
+    with pytest.raises(download.DownloadError, match=message) as e:
+        download.fetch(out, ["useb"], mirror=mirror.as_uri())
+    assert "\n" not in str(e.value)
+    assert list((out / "useb").iterdir()) == [] and not (tmp_path / "escaped.txt").exists()
+
+
+def test_a_corrupt_or_missing_zip_is_one_line_and_nothing_is_left(tmp_path):
+    mirror = tmp_path / "mirror"
+    (mirror / "useb").mkdir(parents=True)
+    (mirror / "useb" / "data-eval.zip").write_bytes(b"PK\x03\x04 not really a zip")
+    out = tmp_path / "data"
+    with pytest.raises(download.DownloadError, match=r"could not unpack .*data-eval\.zip .*nothing was kept"):
+        download.fetch(out, ["useb"], mirror=mirror.as_uri())
+    (mirror / "useb" / "data-eval.zip").unlink()
+    with pytest.raises(download.DownloadError, match=r"could not download .*data-eval\.zip"):
+        download.fetch(out, ["useb"], mirror=mirror.as_uri())
+    assert list((out / "useb").iterdir()) == [] and leftovers(out) == []
