@@ -1,7 +1,8 @@
 """Model folders on disk: the files a Hugging Face / sentence-transformers folder holds, and their names.
 
   read_safetensors / write_safetensors   the weights file, by hand (8-byte header length, JSON header, raw bytes)
-  HF_NAMES, hf_name, read_weights        our parameter names <-> Hugging Face's, the name variants found in the wild
+  ARCHITECTURES, hf_name, read_weights   each checkpoint family (BERT, RoBERTa / XLM-R, DistilBERT, ELECTRA): its
+                                         config keys and names <-> ours, the name variants found in the wild
   copy_weights                           a checked copy of a folder's tensors into a model's parameters
   read_config, hf_config                 config.json in and out
   load_tokenizer, save_tokenizer         tokenizer.json (or an old folder's vocab.txt)
@@ -22,6 +23,7 @@ import os
 import shutil
 import struct
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -88,10 +90,10 @@ def write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------
-# Names: ours (model.py) <-> Hugging Face's BertModel
+# The architectures: what each checkpoint family changes, and its names
 
 # Our parameter names -> Hugging Face BertModel names, applied as substring replacements in order.
-HF_NAMES = [
+BERT_NAMES = [
     ("embeddings.word.", "embeddings.word_embeddings."),
     ("embeddings.position.", "embeddings.position_embeddings."),
     ("embeddings.token_type.", "embeddings.token_type_embeddings."),
@@ -105,41 +107,98 @@ HF_NAMES = [
     (".ffn.down.", ".output.dense."),
     (".ffn_norm.", ".output.LayerNorm."),
     ("layers.", "encoder.layer."),
-    ("mlm_head.dense.", "cls.predictions.transform.dense."),
-    ("mlm_head.norm.", "cls.predictions.transform.LayerNorm."),
-    ("mlm_head.bias", "cls.predictions.bias"),
 ]
 
 
-def hf_name(name: str) -> str:
-    """One of our parameter names as Hugging Face writes it."""
-    for ours, theirs in HF_NAMES:
+@dataclass(frozen=True)
+class Architecture:
+    """One checkpoint family: its config.json keys for model.BertConfig's fields, its parameter names, and its
+    masked-LM head. Everything model.py's BERT does differently for a family is a BertConfig field set here."""
+
+    model_type: str
+    hf_class: str  # config.json's "architectures"
+    tokenizer_class: str  # tokenizer_config.json's, for a folder that comes without one
+    prefix: str  # the encoder's name prefix in a *ForMaskedLM checkpoint
+    names: list[tuple[str, str]]  # ours -> theirs, substring replacements in order
+    mlm_head: list[tuple[str, str]]  # ours -> theirs for model.MLMHead
+    tied: tuple[str, ...]  # the head's vocabulary projection: the word embeddings again (and the head's bias)
+    config_keys: dict[str, str] = field(default_factory=dict)  # BertConfig field -> the family's config.json key
+    fixed: dict = field(default_factory=dict)  # BertConfig values the family's config.json does not state
+
+
+BERT_HEAD = [("mlm_head.dense.", "cls.predictions.transform.dense."), ("mlm_head.norm.", "cls.predictions.transform.LayerNorm."),
+             ("mlm_head.bias", "cls.predictions.bias")]
+ROBERTA_HEAD = [("mlm_head.dense.", "lm_head.dense."), ("mlm_head.norm.", "lm_head.layer_norm."),
+                ("mlm_head.bias", "lm_head.bias")]
+ARCHITECTURES = {arch.model_type: arch for arch in [
+    Architecture("bert", "BertModel", "BertTokenizer", "bert.", BERT_NAMES, BERT_HEAD, tied=("cls.predictions.decoder.",)),
+    # RoBERTa: position ids count from pad_token_id + 1, and padding keeps pad_token_id (Embeddings.position_ids)
+    Architecture("roberta", "RobertaModel", "RobertaTokenizer", "roberta.", BERT_NAMES, ROBERTA_HEAD, tied=("lm_head.decoder.",)),
+    Architecture("xlm-roberta", "XLMRobertaModel", "XLMRobertaTokenizer", "roberta.", BERT_NAMES, ROBERTA_HEAD, tied=("lm_head.decoder.",)),
+    # DistilBERT: no token-type embeddings, no dropout after attention, names and config keys of its own
+    Architecture("distilbert", "DistilBertModel", "DistilBertTokenizer", "distilbert.", [
+        ("embeddings.word.", "embeddings.word_embeddings."), ("embeddings.position.", "embeddings.position_embeddings."),
+        ("embeddings.norm.", "embeddings.LayerNorm."), (".attn.q.", ".attention.q_lin."), (".attn.k.", ".attention.k_lin."),
+        (".attn.v.", ".attention.v_lin."), (".attn.out.", ".attention.out_lin."), (".attn_norm.", ".sa_layer_norm."),
+        (".ffn.up.", ".ffn.lin1."), (".ffn.down.", ".ffn.lin2."), (".ffn_norm.", ".output_layer_norm."),
+        ("layers.", "transformer.layer."),
+    ], [("mlm_head.dense.", "vocab_transform."), ("mlm_head.norm.", "vocab_layer_norm."), ("mlm_head.bias", "vocab_projector.bias")],
+        tied=("vocab_projector.weight",),
+        config_keys={"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
+                     "intermediate_size": "hidden_dim", "hidden_dropout_prob": "dropout",
+                     "attention_probs_dropout_prob": "attention_dropout", "hidden_act": "activation"},
+        fixed={"type_vocab_size": 0, "layer_norm_eps": 1e-12, "attention_output_dropout": False}),
+    # ELECTRA: embeddings of embedding_size, projected to hidden_size; a discriminator has no masked-LM head
+    # (a generator's predicts from embedding_size)
+    Architecture("electra", "ElectraModel", "ElectraTokenizer", "electra.", [("embeddings.project.", "embeddings_project."), *BERT_NAMES],
+                 [("mlm_head.dense.", "generator_predictions.dense."), ("mlm_head.norm.", "generator_predictions.LayerNorm."),
+                  ("mlm_head.bias", "generator_lm_head.bias")], tied=("generator_lm_head.weight",)),
+]}
+# Heads of other pre-training tasks, dropped on loading: next-sentence prediction, the ELECTRA discriminator's
+NOT_USED = ("pooler.", "cls.seq_relationship.", "discriminator_predictions.", "lm_head.decoder.")
+NEXT_TYPES = "albert, deberta-v2, mpnet, modernbert"  # the README says what each would need
+
+
+def architecture(model_type: str, where: Path) -> Architecture:
+    if model_type not in ARCHITECTURES:
+        raise ModelLoadError(f"{where}: model_type '{model_type}' is not supported; supported: "
+                             f"{', '.join(ARCHITECTURES)} (not yet: {NEXT_TYPES})")
+    return ARCHITECTURES[model_type]
+
+
+def hf_name(name: str, model_type: str = "bert") -> str:
+    """One of our parameter names as the family's Hugging Face model writes it."""
+    arch = ARCHITECTURES[model_type]
+    for ours, theirs in arch.mlm_head + arch.names:
         name = name.replace(ours, theirs)
     return name
 
 
-def normalise_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Bring the name variants found in the wild to one form: `bert.` prefix off, old gamma/beta
-    LayerNorm names renamed; pooler, position_ids buffers and heads other than the MLM head dropped."""
+def normalise_names(state: dict[str, torch.Tensor], arch: Architecture) -> dict[str, torch.Tensor]:
+    """Bring the name variants found in the wild to one form: the `bert.` (`roberta.`, ...) prefix off, old
+    gamma/beta LayerNorm names renamed; buffers, the tied vocabulary projection and other heads dropped."""
     out = {}
     for name, t in state.items():
-        name = name.removeprefix("bert.")
+        name = name.removeprefix(arch.prefix)
         if name.endswith(".gamma"):
             name = name[: -len("gamma")] + "weight"
         if name.endswith(".beta"):
             name = name[: -len("beta")] + "bias"
-        if name.startswith("pooler.") or name.endswith("position_ids"):
-            continue  # the pooler is for next-sentence prediction; position_ids is a buffer
-        if name.startswith("cls.") and not name.startswith("cls.predictions."):
-            continue  # other pre-training heads (next-sentence, ...) are not used here
-        if name.startswith("cls.predictions.decoder."):
-            continue  # the vocabulary projection is the word-embedding matrix (tied); its bias = cls.predictions.bias
+        if name.endswith("position_ids") or name.endswith("token_type_ids") or name.startswith(arch.tied):
+            continue  # buffers; the vocabulary projection is the word-embedding matrix, its bias the head's
+        if name.startswith(NOT_USED) or (name.startswith("cls.") and not name.startswith("cls.predictions.")):
+            continue
         out[name] = t
     return out
 
 
-def read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """The tensors of model.safetensors (else pytorch_model.bin), by Hugging Face name."""
+def has_mlm_head(state: dict[str, torch.Tensor], model_type: str) -> bool:
+    head = hf_name("mlm_head.bias", model_type)
+    return head in state
+
+
+def read_weights(folder: Path, model_type: str) -> dict[str, torch.Tensor]:
+    """The tensors of model.safetensors (else pytorch_model.bin), by the family's Hugging Face name."""
     if (folder / "model.safetensors").exists():
         state = read_safetensors(folder / "model.safetensors")
     elif (folder / "pytorch_model.bin").exists():
@@ -150,7 +209,7 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
             raise ModelLoadError(f"{folder / 'pytorch_model.bin'} is truncated or corrupt ({type(e).__name__})") from None
     else:
         raise ModelLoadError(f"no model.safetensors or pytorch_model.bin in {folder}")
-    return normalise_names(state)
+    return normalise_names(state, ARCHITECTURES[model_type])
 
 
 def copy_weights(parameters: dict[str, torch.nn.Parameter], state: dict[str, torch.Tensor], folder: Path) -> None:
@@ -174,24 +233,39 @@ def copy_weights(parameters: dict[str, torch.nn.Parameter], state: dict[str, tor
 
 
 def read_config(folder: Path) -> dict:
-    """config.json of a BERT checkpoint, checked for what model.BertConfig implements."""
+    """config.json as model.BertConfig's values (their names, the family's fixed values, model_type), checked
+    for what model.py implements."""
     path = folder / "config.json"
     raw = read_json(path, missing=f"no config.json in {folder}: not a Hugging Face model folder")
-    model_type = raw.get("model_type", "bert")
-    if model_type != "bert":
-        raise ModelLoadError(
-            f"{path}: model_type '{model_type}' is not supported; this project implements BERT (model_type 'bert') only"
-        )
-    if raw.get("hidden_act", "gelu") != "gelu":
-        raise ModelLoadError(f"{path}: hidden_act '{raw['hidden_act']}' is not supported; BERT uses 'gelu'")
+    arch = architecture(raw.get("model_type", "bert"), path)
+    values = {ours: raw[theirs] for ours, theirs in arch.config_keys.items() if theirs in raw}
+    values.update({k: v for k, v in raw.items() if k not in arch.config_keys.values()}, **arch.fixed)
+    values["model_type"] = arch.model_type
+    if values.get("hidden_act", "gelu") != "gelu":
+        raise ModelLoadError(f"{path}: hidden_act '{values['hidden_act']}' is not supported; these models use 'gelu'")
     if raw.get("position_embedding_type", "absolute") != "absolute":
         raise ModelLoadError(f"{path}: only absolute position embeddings are supported")
-    return raw
+    if raw.get("sinusoidal_pos_embds"):
+        raise ModelLoadError(f"{path}: sinusoidal_pos_embds (fixed position vectors) is not supported")
+    if arch.model_type in ("roberta", "xlm-roberta"):
+        values["position_offset"] = raw.get("pad_token_id", 1) + 1  # positions count from pad_token_id + 1
+    return values
 
 
-def hf_config(values: dict) -> dict:
-    """config.json as `transformers.BertModel` expects it, from model.BertConfig's values."""
-    return {"architectures": ["BertModel"], "model_type": "bert", "position_embedding_type": "absolute", **values}
+def hf_config(values: dict, base: dict | None = None) -> dict:
+    """config.json as the family's transformers model expects it, from model.BertConfig's values; `base` (the
+    source folder's config.json) keeps what ours does not know (bos/eos ids, ...)."""
+    arch = ARCHITECTURES[values["model_type"]]
+    ours = {arch.config_keys.get(k, k): v for k, v in values.items()
+            if k not in arch.fixed and k not in ("model_type", "position_offset", "attention_output_dropout")}
+    if arch.model_type == "electra":  # transformers' ElectraConfig defaults to 128, whatever hidden_size is
+        ours["embedding_size"] = values.get("embedding_size") or values["hidden_size"]
+    elif ours.get("embedding_size") is None:
+        ours.pop("embedding_size", None)
+    config = {**(base or {}), **ours, "architectures": [arch.hf_class], "model_type": arch.model_type}
+    if arch.model_type == "bert":
+        config.setdefault("position_embedding_type", "absolute")
+    return config
 
 
 # ----------------------------------------------------------------------------
@@ -212,14 +286,14 @@ def load_tokenizer(folder: Path) -> Tokenizer:
     return tok
 
 
-def save_tokenizer(tokenizer: Tokenizer, folder: Path, source: Path | None) -> None:
-    """tokenizer.json, and the source folder's vocab.txt / tokenizer settings when it has them."""
+def save_tokenizer(tokenizer: Tokenizer, folder: Path, source: Path | None, model_type: str) -> None:
+    """tokenizer.json, and the source folder's vocab / tokenizer settings when it has them."""
     tokenizer.save(str(folder / "tokenizer.json"))
-    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+    for name in ("vocab.txt", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"):
         if source is not None and (source / name).exists():
             shutil.copyfile(source / name, folder / name)
     if not (folder / "tokenizer_config.json").exists():
-        write_json(folder / "tokenizer_config.json", {"tokenizer_class": "BertTokenizer", "do_lower_case": True})
+        write_json(folder / "tokenizer_config.json", {"tokenizer_class": ARCHITECTURES[model_type].tokenizer_class})
 
 
 # ----------------------------------------------------------------------------
@@ -260,7 +334,8 @@ def write_sentence_transformers(folder: Path, pooling: str, max_length: int, dim
 # Where a model comes from: a folder, a Hub id, or the shipped default
 
 # What a checkpoint needs from a Hub repository: config, tokenizer, sentence-transformers settings, weights.
-HUB_FILES = ["config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+HUB_FILES = ["config.json", "tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "tokenizer_config.json",
+             "special_tokens_map.json",
              "sentence_bert_config.json", "modules.json", "1_Pooling/config.json"]
 
 

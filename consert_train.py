@@ -119,8 +119,8 @@ def make_parser() -> cli.ArgumentParser:
                         "paper's and SBERT's u,v,|u-v|")
     both = p.add_argument_group("both stages")
     both.add_argument("--model", default=None,
-                      help="Hugging Face BERT: a local folder or a Hub id such as bert-base-uncased "
-                           "(default: the shipped all-MiniLM-L6-v2)")
+                      help="a BERT, RoBERTa, XLM-R, DistilBERT or ELECTRA checkpoint: a local folder or a Hub id "
+                           "such as bert-base-uncased (default: the shipped all-MiniLM-L6-v2)")
     both.add_argument("--batch-size", type=int, default=96,
                       help="sentences (or NLI pairs) per step; under torchrun the global batch, split over the processes")
     both.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§5.4)")

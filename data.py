@@ -37,13 +37,19 @@ def progress(items: Iterable, **kw) -> tqdm:
 
 
 def truncate(ids: list[int], max_length: int) -> list[int]:
-    """Cut to max_length tokens, keeping the final [SEP]."""
+    """Cut to max_length tokens, keeping the final one ([SEP], </s>)."""
     return ids if len(ids) <= max_length else ids[: max_length - 1] + ids[-1:]
 
 
 def tokenize(tokenizer: Tokenizer, sentences: list[str], max_length: int) -> list[list[int]]:
-    """[CLS] sentence [SEP] as ids, at most max_length long."""
+    """[CLS] sentence [SEP] (RoBERTa: <s> sentence </s>) as ids, at most max_length long."""
     return [truncate(e.ids, max_length) for e in tokenizer.encode_batch(sentences)]
+
+
+def special_token_id(tokenizer: Tokenizer, name: str) -> int | None:
+    """The id of the tokenizer's special token called `name` ("mask": BERT's [MASK], RoBERTa's <mask>), or None."""
+    found = [i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special and name in t.content.lower()]
+    return found[0] if found else None
 
 
 def pad(batch: Sequence[Sequence[int]], pad_id: int, multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:

@@ -136,7 +136,7 @@ class PackedBert(nn.Module):
         attn = layer.attn
         q, k, v = packing.unpack(attn.q(h)), packing.unpack(attn.k(h)), packing.unpack(attn.v(h))  # (B, L, d)
         a = attn.out(packing.pack(attn.attend(q, k, v, mask)))  # (N, d)
-        h = layer.attn_norm(h + layer.dropout(a))
+        h = layer.attn_norm(h + layer.attn_dropout(a))
         return layer.ffn_norm(h + layer.dropout(layer.ffn(h)))  # (N, d)
 
 

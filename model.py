@@ -45,6 +45,12 @@ class BertConfig:
     attention_probs_dropout_prob: float = 0.1
     pad_token_id: int = 0
     hidden_act: str = "gelu"
+    # What the other checkpoint families change (checkpoint.ARCHITECTURES sets these from their config.json):
+    model_type: str = "bert"  # the Hugging Face layout to save back in
+    embedding_size: int | None = None  # ELECTRA: embeddings this wide, projected to hidden_size (None: hidden_size)
+    position_offset: int = 0  # RoBERTa / XLM-R: position ids count from pad_token_id + 1
+    attention_output_dropout: bool = True  # DistilBERT adds its attention output without dropout
+    # (DistilBERT's other difference: no token-type embeddings, type_vocab_size 0)
 
     @classmethod
     def from_dict(cls, values: dict) -> BertConfig:
@@ -63,19 +69,28 @@ class Embeddings(nn.Module):
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
-        self.word = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
-        self.position = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
-        self.token_type = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
-        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        e = cfg.embedding_size or cfg.hidden_size
+        self.word = nn.Embedding(cfg.vocab_size, e, padding_idx=cfg.pad_token_id)
+        self.position = nn.Embedding(cfg.max_position_embeddings, e,
+                                     padding_idx=cfg.pad_token_id if cfg.position_offset else None)
+        self.token_type = nn.Embedding(cfg.type_vocab_size, e) if cfg.type_vocab_size else None
+        self.norm = nn.LayerNorm(e, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.project = nn.Linear(e, cfg.hidden_size) if e != cfg.hidden_size else None  # ELECTRA's
+        self.pad_id, self.offset = cfg.pad_token_id, cfg.position_offset
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """input_ids (B, L); position_ids (B, L): each token's position in its sentence, 0, 1, ... by default."""
         B, L = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(L, device=input_ids.device).expand(B, L)  # (B, L)
-        # all our inputs are single sentences: segment id 0 everywhere
-        x = self.word(input_ids) + self.position(position_ids) + self.token_type.weight[0]  # (B, L, d)
-        return self.dropout(self.norm(x))
+        if self.offset:  # RoBERTa counts from pad_token_id + 1, and padding keeps pad_token_id
+            position_ids = torch.where(input_ids == self.pad_id, self.pad_id, position_ids + self.offset)
+        x = self.word(input_ids) + self.position(position_ids)  # (B, L, e)
+        if self.token_type is not None:  # all our inputs are single sentences: segment id 0 everywhere
+            x = x + self.token_type.weight[0]
+        x = self.dropout(self.norm(x))
+        return x if self.project is None else self.project(x)  # (B, L, d)
 
 
 # ----------------------------------------------------------------------------
@@ -153,9 +168,10 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(cfg)
         self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.attn_dropout = self.dropout if cfg.attention_output_dropout else nn.Identity()
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = self.attn_norm(x + self.dropout(self.attn(x, mask)))  # (B, L, d)
+        x = self.attn_norm(x + self.attn_dropout(self.attn(x, mask)))  # (B, L, d)
         return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
 
 
@@ -209,17 +225,19 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
 
 
 class MLMHead(nn.Module):
-    """logits = LN(GELU(W h + b)) E^T + bias, where E is the word-embedding matrix (tied, not copied)."""
+    """logits = LN(GELU(W h + b)) E^T + bias, where E is the word-embedding matrix (tied, not copied).
+    W maps the hidden size to E's width (ELECTRA's embedding_size)."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
-        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        e = cfg.embedding_size or cfg.hidden_size
+        self.dense = nn.Linear(cfg.hidden_size, e)
+        self.norm = nn.LayerNorm(e, eps=cfg.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.apply(init_weights)
 
     def transform(self, h: torch.Tensor) -> torch.Tensor:
-        return self.norm(F.gelu(self.dense(h)))  # (..., d)
+        return self.norm(F.gelu(self.dense(h)))  # (..., e)
 
     def forward(self, h: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
         return F.linear(self.transform(h), word_embeddings, self.bias)  # (..., V)
@@ -253,14 +271,15 @@ POOLINGS = (*checkpoint.POOLING_MODES, LAST2_MEAN)
 
 
 def load_bert(folder: str | Path) -> Bert:
-    """A Bert from a local Hugging Face folder, every tensor checked by name and shape."""
+    """A Bert (of any family in checkpoint.ARCHITECTURES) from a local Hugging Face folder, every tensor checked
+    by name and shape."""
     folder = Path(folder)
     if not folder.is_dir():
         raise checkpoint.ModelLoadError(f"model folder {folder} does not exist")
     cfg = BertConfig.from_dict(checkpoint.read_config(folder))
-    state = checkpoint.read_weights(folder)
-    bert = Bert(cfg, with_mlm_head=any(name.startswith("cls.predictions.") for name in state))
-    checkpoint.copy_weights({checkpoint.hf_name(n): p for n, p in bert.named_parameters()}, state, folder)
+    state = checkpoint.read_weights(folder, cfg.model_type)
+    bert = Bert(cfg, with_mlm_head=checkpoint.has_mlm_head(state, cfg.model_type))
+    checkpoint.copy_weights({checkpoint.hf_name(n, cfg.model_type): p for n, p in bert.named_parameters()}, state, folder)
     return bert
 
 
@@ -282,7 +301,8 @@ class SentenceEncoder(nn.Module):
         folder = checkpoint.resolve_model(path)
         bert = load_bert(folder)
         pooling = pooling or checkpoint.read_pooling(folder) or "mean"
-        max_length = min(max_length or checkpoint.read_max_length(folder) or 256, bert.cfg.max_position_embeddings)
+        positions = bert.cfg.max_position_embeddings - bert.cfg.position_offset
+        max_length = min(max_length or checkpoint.read_max_length(folder) or 256, positions)
         return cls(bert, checkpoint.load_tokenizer(folder), pooling, max_length, source=folder)
 
     @property
@@ -316,9 +336,12 @@ class SentenceEncoder(nn.Module):
         Written to a temporary folder first and then renamed: a crash never leaves half a model."""
         if self.pooling == LAST2_MEAN:
             raise ValueError(f"a sentence-transformers folder cannot express {LAST2_MEAN} pooling; save with another")
+        cfg = self.bert.cfg
         with checkpoint.atomic_dir(Path(out_dir)) as tmp:
-            weights = {checkpoint.hf_name(n): p for n, p in self.bert.named_parameters() if not n.startswith("mlm_head.")}
+            weights = {checkpoint.hf_name(n, cfg.model_type): p for n, p in self.bert.named_parameters()
+                       if not n.startswith("mlm_head.")}
             checkpoint.write_safetensors(weights, tmp / "model.safetensors")
-            checkpoint.write_json(tmp / "config.json", checkpoint.hf_config(self.bert.cfg.to_dict()))
-            checkpoint.save_tokenizer(self.tokenizer, tmp, self.source)
+            base = checkpoint.read_json(self.source / "config.json", missing=None) if self.source else None
+            checkpoint.write_json(tmp / "config.json", checkpoint.hf_config(cfg.to_dict(), base))
+            checkpoint.save_tokenizer(self.tokenizer, tmp, self.source, cfg.model_type)
             checkpoint.write_sentence_transformers(tmp, self.pooling, self.max_length, self.bert.cfg.hidden_size)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import random
+import re
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -36,11 +37,14 @@ from model import Bert, BertConfig, EncoderLayer, MLMHead, MultiHeadAttention, S
 
 # ----------------------------------------------------------------------------
 # 1. Noise (§3.1, app. A tab. 5). Words are the tokenizer's own pre-tokenised words: every function gets the
-#    sentence as a list of words, each word a list of WordPiece ids, and returns the damaged list.
+#    sentence as a list of words, each word a list of token ids, and returns the damaged list. (A word is what
+#    the tokenizer splits before its subwords: BERT's WordPiece and byte-level BPE (RoBERTa) split off
+#    punctuation too; SentencePiece (XLM-R) splits at spaces only, so "mat." is one word there.)
 
 
 def words_of(tokenizer: Tokenizer, sentence: str) -> tuple[list[int], list[list[int]], list[int]]:
-    """Split '[CLS] w1 w2 ... [SEP]' into ([CLS] ids, words as lists of piece ids, [SEP] ids)."""
+    """Split '[CLS] w1 w2 ... [SEP]' (RoBERTa: '<s> w1 w2 ... </s>') into (the special tokens before the words,
+    the words as lists of token ids, the special tokens after them)."""
     enc = tokenizer.encode(sentence)
     head, words, tail, last = [], [], [], None
     for tid, wid in zip(enc.ids, enc.word_ids):
@@ -72,8 +76,8 @@ def swap_words(words: list[list[int]], ratio: float, rng: random.Random, **_) ->
     return out
 
 
-def mask_words(words: list[list[int]], ratio: float, rng: random.Random, mask_id: int = 103, **_) -> list[list[int]]:
-    """Replace every piece of each picked word (probability `ratio`) with [MASK]."""
+def mask_words(words: list[list[int]], ratio: float, rng: random.Random, mask_id: int, **_) -> list[list[int]]:
+    """Replace every token of each picked word (probability `ratio`) with the mask token ([MASK], <mask>)."""
     return [[mask_id] * len(w) if rng.random() < ratio else w for w in words]
 
 
@@ -98,8 +102,10 @@ NOISE: dict[str, Callable[..., list[list[int]]]] = {
 
 
 def ordinary_token_ids(tokenizer: Tokenizer) -> list[int]:
-    """Vocabulary ids that are not special tokens like [PAD] or [unused0] (for replace/add noise)."""
-    return sorted(i for t, i in tokenizer.get_vocab().items() if not (t.startswith("[") and t.endswith("]")))
+    """Vocabulary ids a text can produce, for replace / add noise: not the tokenizer's special tokens ([PAD],
+    <s>, <mask>, ...) nor the [unusedN] placeholders that WordPiece vocabularies reserve."""
+    special = {i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special}
+    return sorted(i for t, i in tokenizer.get_vocab().items() if i not in special and not re.fullmatch(r"\[unused\d+\]", t))
 
 
 # ----------------------------------------------------------------------------
@@ -117,7 +123,7 @@ class DenoisingDataset(torch.utils.data.Dataset):
                  ratio: float = 0.6, seed: int = 0):
         self.sentences, self.tokenizer, self.max_length = sentences, tokenizer, max_length
         self.noise, self.ratio, self.seed = NOISE[noise], ratio, seed
-        self.mask_id = tokenizer.token_to_id("[MASK]")
+        self.mask_id = data.special_token_id(tokenizer, "mask")
         self.vocab = ordinary_token_ids(tokenizer) if noise in ("replace", "add") else ()
 
     def __len__(self) -> int:
@@ -235,7 +241,7 @@ class TSDAELoss(nn.Module):
         Returns L, the reconstruction loss of the batch (a scalar)."""
         # §3.1: the encoder reads the DAMAGED sentence and gives one vector per sentence
         sentence_vec = self.encoder(batch["damaged_ids"], batch["damaged_mask"])  # (B, d)
-        # teacher forcing: read the original up to t, predict token t+1 ([CLS] a b -> a b [SEP])
+        # teacher forcing: read the original up to t, predict token t+1 ([CLS] a b -> a b [SEP]; RoBERTa: <s>, </s>)
         original, mask = batch["original_ids"], batch["original_mask"]
         decoder_input, labels = original[:, :-1], original[:, 1:]  # (B, L-1) each
         is_label = mask[:, 1:].bool()  # (B, L-1): real tokens to predict, not padding
@@ -274,8 +280,8 @@ def make_parser() -> cli.ArgumentParser:
     )
     p.add_argument("--corpus", required=True, help="UTF-8 text file, one sentence per line")
     p.add_argument("--model", default=None,
-                   help="Hugging Face BERT: a local folder or a Hub id such as bert-base-uncased "
-                        "(default: the shipped all-MiniLM-L6-v2)")
+                   help="a BERT, RoBERTa, XLM-R, DistilBERT or ELECTRA checkpoint: a local folder or a Hub id such as "
+                        "bert-base-uncased (default: the shipped all-MiniLM-L6-v2)")
     p.add_argument("--epochs", type=int, default=1, help="passes over the corpus (ignored when --steps is given)")
     p.add_argument("--steps", type=int, default=None,
                    help="optimiser steps in total (default: one epoch, corpus size / batch size; the paper: 100000)")
@@ -303,7 +309,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     cli.check_arguments(p, args, positive=("lr",), at_least_one=("epochs", "steps", "batch_size", "eval_every"),
                           ratios=("noise_ratio",))
     if args.max_length < 3:
-        p.error(f"--max-length must be at least 3: [CLS], one token, [SEP] (got {args.max_length})")
+        p.error(f"--max-length must be at least 3: the start token, one word, the end token (got {args.max_length})")
     return args
 
 

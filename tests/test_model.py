@@ -284,11 +284,11 @@ def test_wrong_shape_missing_and_unexpected_in_one_error(good_folder):
     assert "unexpected: encoder.layer.9.extra.weight" in msg
 
 
-def test_roberta_config_is_refused(good_folder):
+def test_an_unknown_hidden_act_is_refused(good_folder):
     cfg = json.loads((good_folder / "config.json").read_text())
-    cfg["model_type"] = "roberta"
+    cfg["hidden_act"] = "relu"
     (good_folder / "config.json").write_text(json.dumps(cfg))
-    assert "model_type 'roberta' is not supported" in load_error(good_folder)
+    assert "hidden_act 'relu' is not supported" in load_error(good_folder)
 
 
 def test_header_length_past_end_of_file(tmp_path):

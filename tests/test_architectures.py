@@ -1,0 +1,242 @@
+"""The TSDAE paper's other checkpoints (arXiv:2104.06979 app. C): DistilBERT, RoBERTa / XLM-R and ELECTRA besides BERT,
+each a tiny random checkpoint that transformers itself writes with save_pretrained, with a tokenizer of its own
+family beside it (WordPiece; byte-level BPE and SentencePiece-style Unigram built with tokenizers and wrapped in
+transformers' fast tokenizer class). Our encoder equals transformers'; both methods train from each; the saved
+model loads in transformers as the same model_type and in sentence-transformers with equal embeddings."""
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import checkpoint
+import consert
+import consert_train
+import data
+import fast
+import tsdae
+from checkpoint import ModelLoadError
+from model import SentenceEncoder, load_bert, pool
+
+KINDS = ["bert", "distilbert", "roberta", "xlm-roberta", "electra"]
+SENTENCES = ["The cat sat on the mat.", "A dog barked at the mailman!", "Stocks fell sharply on Monday morning.",
+             "Rain is expected over the weekend, they said.", "Bees carry pollen.", "The library opens at nine.",
+             "She planted tomatoes in May and harvested them in August.", "Our train arrived two hours late."]
+
+
+def config_of(kind: str, vocab_size: int):
+    import transformers
+
+    small = dict(vocab_size=vocab_size, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                 max_position_embeddings=66, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    if kind == "distilbert":
+        return transformers.DistilBertConfig(vocab_size=vocab_size, dim=32, n_layers=2, n_heads=4, hidden_dim=37,
+                                             max_position_embeddings=64)
+    if kind == "electra":  # embeddings narrower than the layers: an embeddings_project linear
+        return transformers.ElectraConfig(**small, embedding_size=16, hidden_size=32)
+    if kind in ("roberta", "xlm-roberta"):  # position ids from pad_token_id + 1 = 2: 64 usable positions
+        cls = transformers.RobertaConfig if kind == "roberta" else transformers.XLMRobertaConfig
+        return cls(**small, hidden_size=32, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    return transformers.BertConfig(**small, hidden_size=32)
+
+
+def family_tokenizer(kind: str, minilm_path: str, folder: Path) -> int:
+    """Save a tokenizer of the family into folder; returns its vocabulary size."""
+    import transformers
+    from tokenizers import ByteLevelBPETokenizer, SentencePieceUnigramTokenizer, processors
+
+    corpus = SENTENCES * 20
+    if kind == "roberta":  # byte-level BPE, as roberta-base
+        trainer = ByteLevelBPETokenizer()
+        trainer.train_from_iterator(corpus, vocab_size=300, min_frequency=1,
+                                    special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+        raw = trainer._tokenizer
+        raw.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+        wrapped = transformers.RobertaTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="</s>",
+                                                    pad_token="<pad>", unk_token="<unk>", mask_token="<mask>")
+    elif kind == "xlm-roberta":  # SentencePiece-style Unigram, as xlm-roberta-base
+        trainer = SentencePieceUnigramTokenizer()
+        trainer.train_from_iterator(corpus, vocab_size=200, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                                    unk_token="<unk>")
+        raw = trainer._tokenizer
+        raw.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+        wrapped = transformers.XLMRobertaTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="</s>",
+                                                       pad_token="<pad>", unk_token="<unk>", mask_token="<mask>")
+    else:  # WordPiece (BERT's uncased vocabulary, MiniLM's)
+        wrapped = transformers.AutoTokenizer.from_pretrained(minilm_path)
+    wrapped.save_pretrained(folder)
+    return len(wrapped)
+
+
+def write_checkpoint(kind: str, folder: Path, minilm_path: str, with_head: bool = False) -> None:
+    import transformers
+
+    folder.mkdir(parents=True)
+    vocab_size = family_tokenizer(kind, minilm_path, folder)
+    cfg = config_of(kind, vocab_size)
+    name = {"bert": "Bert", "distilbert": "DistilBert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta",
+            "electra": "Electra"}[kind]
+    torch.manual_seed(1)
+    hf = getattr(transformers, f"{name}ForMaskedLM" if with_head else f"{name}Model")(cfg).eval()
+    with torch.no_grad():  # non-trivial biases and LayerNorms, so that a mix-up of names would show
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    hf.save_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, minilm_path) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("architectures")
+    folders = {}
+    for kind in KINDS:
+        write_checkpoint(kind, root / kind, minilm_path)
+        write_checkpoint(kind, root / f"{kind}-mlm", minilm_path, with_head=True)
+        folders[kind], folders[f"{kind}-mlm"] = root / kind, root / f"{kind}-mlm"
+    return folders
+
+
+def hf_model(folder: Path):
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(folder).eval()
+
+
+def batch(encoder: SentenceEncoder) -> tuple[torch.Tensor, torch.Tensor]:
+    ids, mask = data.pad(data.tokenize(encoder.tokenizer, SENTENCES, 64), encoder.bert.cfg.pad_token_id)
+    assert (mask == 0).any()  # padding, with the family's own pad id
+    return ids, mask
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_encoder_equals_transformers_on_both_paths(kind, checkpoints):
+    folder = checkpoints[kind]
+    encoder = SentenceEncoder.from_pretrained(folder, pooling="mean").eval()
+    assert encoder.bert.cfg.model_type == kind
+    ids, mask = batch(encoder)
+    with torch.no_grad():
+        theirs = hf_model(folder)(input_ids=ids, attention_mask=mask).last_hidden_state
+    real = mask.bool()
+    for ours in (encoder, fast.speed_up_encoder(encoder, torch.device("cpu"))):
+        with torch.no_grad():
+            states = ours.bert(ids, mask)
+        assert (states[real] - theirs[real]).abs().max() < 1e-5
+        vectors = ours.encode(SENTENCES)
+        assert F.cosine_similarity(vectors, pool(theirs, mask, "mean")).min() >= 0.99999
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_masked_lm_head_loads_and_the_tsdae_decoder_starts_from_it(kind, checkpoints):
+    """A *ForMaskedLM checkpoint: our head's logits equal transformers' (ELECTRA: its generator's head, which
+    predicts from embedding_size); the TSDAE decoder's LM head IS that head. Without one it starts fresh."""
+    from transformers import AutoModelForMaskedLM
+
+    folder = checkpoints[f"{kind}-mlm"]
+    bert = load_bert(folder).eval()
+    assert bert.mlm_head is not None and load_bert(checkpoints[kind]).mlm_head is None
+    encoder = SentenceEncoder(bert, checkpoint.load_tokenizer(folder), "mean", 64)
+    ids, mask = batch(encoder)
+    with torch.no_grad():
+        theirs = AutoModelForMaskedLM.from_pretrained(folder).eval()(input_ids=ids, attention_mask=mask).logits
+        ours = bert.mlm_head(bert(ids, mask), bert.embeddings.word.weight)
+    real = mask.bool()
+    assert (ours[real] - theirs[real]).abs().max() < 1e-4
+    assert tsdae.TSDAELoss(encoder).decoder.lm_head is bert.mlm_head
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_both_methods_train_and_save_in_the_familys_own_layout(kind, checkpoints, tmp_path):
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoConfig
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    common = ["--corpus", str(corpus), "--model", str(checkpoints[kind]), "--steps", "2", "--batch-size", "4",
+              "--save-every", "0", "--device", "cpu"]
+    tsdae.main([*common, "--out", str(tmp_path / "tsdae"), "--lr", "1e-3"])
+    consert_train.main([*common, "--out", str(tmp_path / "consert"), "--lr", "1e-3"])
+    for run in ("tsdae", "consert"):
+        saved = tmp_path / run / "model"
+        assert AutoConfig.from_pretrained(saved).model_type == kind
+        names = set(checkpoint.read_safetensors(saved / "model.safetensors"))
+        assert names == set(checkpoint.read_safetensors(checkpoints[kind] / "model.safetensors")) - {"pooler.dense.weight",
+                                                                                                     "pooler.dense.bias"}
+        ours = SentenceEncoder.from_pretrained(saved)
+        ids, mask = batch(ours)
+        with torch.no_grad():
+            theirs = hf_model(saved)(input_ids=ids, attention_mask=mask).last_hidden_state
+            states = ours.bert.eval()(ids, mask)
+        assert (states[mask.bool()] - theirs[mask.bool()]).abs().max() < 1e-5
+        st = SentenceTransformer(str(saved), device="cpu").encode(SENTENCES, convert_to_tensor=True)
+        assert F.cosine_similarity(ours.encode(SENTENCES), st).min() >= 0.99999
+    trained = SentenceEncoder.from_pretrained(tmp_path / "tsdae" / "model").bert.layers[0].ffn.up.weight
+    assert not torch.equal(trained, load_bert(checkpoints[kind]).layers[0].ffn.up.weight)  # it did train
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fast_tsdae_loss_equals_the_plain_one(kind, checkpoints):
+    plain = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(checkpoints[f"{kind}-mlm"], pooling="cls")).eval()
+    quick = fast.speed_up_tsdae(plain, torch.device("cpu"))
+    dataset = tsdae.DenoisingDataset(SENTENCES, plain.encoder.tokenizer, 64)
+    pairs = tsdae.collate_pairs([dataset[(0, i)] for i in range(len(SENTENCES))], plain.encoder.bert.cfg.pad_token_id)
+    losses, grads = [], []
+    for objective in (plain, quick):
+        objective.zero_grad()
+        loss = objective(pairs)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(plain.encoder.bert.embeddings.word.weight.grad.to_dense().clone())
+    assert abs(losses[0] - losses[1]) <= 1e-5 * losses[0]
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-4)
+
+
+def test_words_are_real_words_in_every_tokenizer_family(checkpoints):
+    """TSDAE deletes words: WordPiece and byte-level BPE split words and punctuation, SentencePiece splits at
+    spaces; a word's tokens stay together."""
+    sentence = "Stocks fell unbelievably on Monday."
+    expected = {"bert": ["stocks", "fell", "unbelievably", "on", "monday", "."],
+                "roberta": ["Stocks", " fell", " unbelievably", " on", " Monday", "."],
+                "xlm-roberta": ["Stocks", "fell", "unbelievably", "on", "Monday."]}
+    for kind, words in expected.items():
+        tokenizer = checkpoint.load_tokenizer(checkpoints[kind])
+        head, found, tail = tsdae.words_of(tokenizer, sentence)
+        assert len(head) == 1 and len(tail) == 1  # [CLS] / <s> and [SEP] / </s>
+        assert [tokenizer.decode(w).replace("▁", " ").strip() if kind == "xlm-roberta" else tokenizer.decode(w)
+                for w in found] == words, kind
+        assert any(len(w) > 1 for w in found)  # some word of several tokens, kept whole
+        rng = random.Random(0)
+        kept = tsdae.delete_words(found, 0.6, rng)
+        assert 1 <= len(kept) <= len(found) and all(w in found for w in kept)
+        mask_id = data.special_token_id(tokenizer, "mask")
+        assert tokenizer.id_to_token(mask_id) in ("[MASK]", "<mask>")
+        special = {tokenizer.token_to_id(t) for t in ("[PAD]", "[CLS]", "<s>", "<pad>", "</s>", "<mask>")} - {None}
+        assert not special & set(tsdae.ordinary_token_ids(tokenizer))
+
+
+def test_roberta_token_shuffle_counts_positions_from_the_offset(checkpoints):
+    """ConSERT's shuffle permutes positions 0..n-1; RoBERTa's position ids are those + pad_token_id + 1."""
+    folder = checkpoints["roberta"]
+    encoder = SentenceEncoder.from_pretrained(folder, pooling="mean")
+    consert.switch_off_dropout(encoder)
+    objective = consert.ConSERTLoss(encoder.eval(), (consert.View("shuffle"), consert.View("none")))
+    ids, mask = batch(encoder)
+    torch.manual_seed(3)
+    permuted = consert.shuffled_positions(mask)  # (B, L), 0-based
+    torch.manual_seed(3)
+    with torch.no_grad():
+        ours = objective.encode(ids, mask, consert.View("shuffle"))
+        hf_positions = torch.where(mask.bool(), permuted + 2, 1)  # pad_token_id 1
+        theirs = hf_model(folder)(input_ids=ids, attention_mask=mask, position_ids=hf_positions).last_hidden_state
+    torch.testing.assert_close(ours, pool(theirs, mask, "mean"), atol=1e-5, rtol=1e-4)
+
+
+def test_an_unsupported_type_names_the_supported_ones(checkpoints, tmp_path):
+    folder = tmp_path / "albert"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "albert", "hidden_size": 32}))
+    with pytest.raises(ModelLoadError) as e:
+        load_bert(folder)
+    message = str(e.value)
+    assert "\n" not in message and "model_type 'albert' is not supported" in message
+    assert "bert, roberta, xlm-roberta, distilbert, electra" in message
