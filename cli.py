@@ -65,6 +65,17 @@ def add_run_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, out:
                    help="run the plain reading path (model.py, the method's file) instead of fast.py's equal, faster pieces")
 
 
+def add_selection_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, eval_every: int, what: str) -> None:
+    """Flags for evaluation during training: which score the log, best/ and early stopping use."""
+    p.add_argument("--eval-data", default=None, help=f"evaluation data folder: evaluate --eval-task during training, "
+                                                     f"keep the best encoder in OUT/best ({what})")
+    p.add_argument("--eval-task", default="stsb-dev",
+                   help="the dev score: any evaluate.py task, on its dev data (stsb-dev; useb-askubuntu and the other "
+                        "USEB tasks on USEB's valid split, the TSDAE paper's point, §4; rerank:PATH, your own)")
+    p.add_argument("--eval-every", type=int, default=eval_every,
+                   help="steps of each epoch between evaluations, and one at each epoch's end")
+
+
 def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace, positive: tuple[str, ...] = (),
                     at_least_one: tuple[str, ...] = (), ratios: tuple[str, ...] = (),
                     not_negative: tuple[str, ...] = ()) -> None:

@@ -130,10 +130,7 @@ def make_parser() -> cli.ArgumentParser:
                       help="under torchrun: contrast each process's share of the batch only (default: all processes')")
     cli.add_run_arguments(both, out="runs/consert")
     ev = p.add_argument_group("model selection (contrastive training degrades late: keep the best dev checkpoint)")
-    ev.add_argument("--eval-data", default=None,
-                    help="data folder with stsbenchmark/: log STS-b dev Spearman, keep the best encoder in OUT/best")
-    ev.add_argument("--eval-every", type=int, default=200,
-                    help="steps of each epoch between evaluations, and one at each epoch's end (official: 200)")
+    cli.add_selection_arguments(ev, eval_every=200, what="official: stsb-dev, every 200 steps")
     ev.add_argument("--eval-pooling", default="mean", choices=["mean", "last2-mean"],
                     help="mean of the last layer, or the average of the mean-pooled last two layers (the official "
                          "evaluation); evaluation only, the saved model always uses plain mean pooling")
@@ -197,8 +194,8 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
     loader = make_loader(stage, inputs, encoder, args, device, rank, world)
     eval_fn = None
     if args.eval_data:  # the same weights, pooled as --eval-pooling says
-        eval_fn = lambda enc: evaluate.stsb_dev_spearman(SentenceEncoder(enc.bert, enc.tokenizer, args.eval_pooling,
-                                                                         enc.max_length), args.eval_data)
+        eval_fn = lambda enc: evaluate.dev_score(SentenceEncoder(enc.bert, enc.tokenizer, args.eval_pooling,
+                                                                 enc.max_length), args.eval_task, args.eval_data)
     # The official optimiser: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up then linear decay, clip 1.0.
     settings = train.TrainSettings(out=out, steps=stage.steps or stage.epochs * len(loader.batch_sampler),
                                    lr=stage.lr, weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1, schedule="linear",
@@ -214,7 +211,7 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
               f"saving to {out}")
     state = train.train(encoder, objective, loader, settings, device)
     if state.best is not None and rank == 0:
-        print(f"best STS-b dev Spearman {state.best:.2f}: encoder saved to {out / 'best'}")
+        print(f"best {args.eval_task} {state.best:.2f}: encoder saved to {out / 'best'}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,9 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     device = cli.device(args.device)
     # read every input first: bad input stops the run before any model is loaded or any file is written
-    if args.eval_data:
-        if problem := evaluate.missing_file("stsb-dev", Path(args.eval_data)):
-            raise data.CorpusError(f"--eval-data: {problem}")
+    if args.eval_data and (problem := evaluate.dev_task_problem(args.eval_task, args.eval_data)):
+        raise data.CorpusError(f"--eval-task {args.eval_task}: {problem}")
     plan = stages(args)  # e.g. joint-unsup: joint on NLI, then contrastive on the corpus
     nli = data.read_nli(args.nli, args.bad_lines) if plan[0].kind != "unsup" else None
     corpus = None

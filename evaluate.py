@@ -670,6 +670,23 @@ def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = 
     return {**result, "details": details, "skipped": skipped}
 
 
+def dev_score(encoder, task: str, data_dir: str | Path | None = None, batch_size: int = 64) -> float:
+    """The training scripts' model-selection score (--eval-task): `task` on its dev data (USEB's valid split;
+    stsb-dev; your own rerank:PATH; ...). The group `useb` gives useb-avg."""
+    return evaluate(encoder, [task], data_dir, batch_size, split="valid")["useb-avg" if task == "useb" else task]
+
+
+def dev_task_problem(task: str, data_dir: str | Path) -> str | None:
+    """Why `task` cannot score dev data in data_dir (one line), or None."""
+    try:
+        names = parse_tasks([task])
+    except ValueError as e:
+        return str(e)
+    if names == ["all"]:
+        return "all is many tasks; give one (stsb-dev, useb-askubuntu, useb, rerank:PATH, ...)"
+    return next(filter(None, (missing_file(t, Path(data_dir)) for t in (USEB_TASKS if task == "useb" else names))), None)
+
+
 def stsb_dev_spearman(encoder, data_dir: str | Path | None = None, batch_size: int = 64) -> float:
     """STS benchmark dev Spearman x 100 (original release): the model-selection score of training scripts."""
     return evaluate(encoder, ["stsb-dev"], data_dir, batch_size)["stsb-dev"]

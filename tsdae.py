@@ -296,8 +296,7 @@ def make_parser() -> cli.ArgumentParser:
     p.add_argument("--loss-normalisation", default="tokens", choices=["tokens", "sentence"],
                    help="tokens: mean over the batch's tokens (reference code); sentence: per-sentence sum (paper §3.1)")
     cli.add_run_arguments(p, out="runs/tsdae")
-    p.add_argument("--eval-data", default=None, help="data folder with stsbenchmark/: log STS-b dev Spearman")
-    p.add_argument("--eval-every", type=int, default=500, help="steps between evaluations (with --eval-data)")
+    cli.add_selection_arguments(p, eval_every=500, what="the paper selects none: app. B assumes no labelled data")
     p.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
                    help="what to do with corpus lines that are not UTF-8")
     return p
@@ -317,10 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     device = cli.device(args.device)
+    if args.eval_data and (problem := evaluate.dev_task_problem(args.eval_task, args.eval_data)):
+        raise data.CorpusError(f"--eval-task {args.eval_task}: {problem}")
+    sentences = data.read_corpus(args.corpus, args.bad_lines)
     cli.check_out_folder(out, args.resume, args.overwrite)
     rank, world = distributed.init()
     torch.manual_seed(args.seed)
-    sentences = data.read_corpus(args.corpus, args.bad_lines)
     encoder = SentenceEncoder.from_pretrained(args.model or default_model_path(), pooling=args.pooling,
                                               max_length=args.max_length)
     objective = TSDAELoss(encoder, tie=not args.untie, normalisation=args.loss_normalisation)
@@ -329,9 +330,10 @@ def main(argv: list[str] | None = None) -> int:
     distributed.tsdae_over_global_batch(objective)  # under torchrun: the mean over every process's tokens
     loader = make_loader(sentences, encoder, args, device, rank, world)
     steps = args.steps or args.epochs * len(loader.batch_sampler)
-    eval_fn = (lambda enc: evaluate.stsb_dev_spearman(enc, args.eval_data)) if args.eval_data else None
+    eval_fn = (lambda enc: evaluate.dev_score(enc, args.eval_task, args.eval_data)) if args.eval_data else None
     settings = train.TrainSettings(out=out, steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every,
-                                   eval_every=args.eval_every, eval_fn=eval_fn, resume=args.resume)
+                                   eval_every=args.eval_every, eval_fn=eval_fn, keep_best=eval_fn is not None,
+                                   resume=args.resume)
     if rank == 0:
         print(f"TSDAE: {len(sentences)} sentences, {steps} steps of {args.batch_size} on {world} x {device}"
               f"{' (plain path)' if args.plain else ''}; saving to {out}")

@@ -216,3 +216,32 @@ def test_plot_log_without_matplotlib_says_how_to_get_it(tmp_path):
             f"runpy.run_path({str(ROOT / 'examples' / 'plot_log.py')!r}, run_name='__main__')")
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
     assert "needs matplotlib, which is not installed (pip install matplotlib)" in one_line_error(result)
+
+
+# ---------------------------------------------------------------- model selection in the target domain
+
+
+@pytest.mark.parametrize("script", ["tsdae.py", "consert.py"])
+def test_eval_task_drives_the_log_and_best(script, tiny_model_dir, small_corpus, tmp_path):
+    """--eval-task (here a re-ranking file of the corpus's own domain) is the dev score the log shows and best/ keeps."""
+    sentences = small_corpus.read_text().splitlines()
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("".join(json.dumps({"query": q, "positive": [sentences[(i + 1) % 16]],
+                                       "negative": sentences[(i + 2) % 16:(i + 2) % 16 + 5]}) + "\n"
+                           for i, q in enumerate(sentences)))
+    task = f"rerank:{dev}"
+    out = tmp_path / "run"
+    result = run(script, "--corpus", small_corpus, "--model", tiny_model_dir, "--out", out, "--steps", 8,
+                 "--batch-size", 4, "--lr", 1e-2, "--save-every", 0, "--device", "cpu", "--eval-data", tmp_path,
+                 "--eval-task", task, "--eval-every", 3)
+    assert result.returncode == 0, result.stderr[-2000:]
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    scores = {r["step"]: r["eval"] for r in records if "eval" in r}
+    assert list(scores) == [3, 4, 7, 8]  # every 3 steps of a 4-step epoch, and each epoch's end
+    best_step = max(scores, key=scores.get)
+    best = SentenceEncoder.from_pretrained(out / "best")
+    assert evaluate.dev_score(best, task, tmp_path) == pytest.approx(scores[best_step], abs=1e-9)
+    bad = run(script, "--corpus", small_corpus, "--model", tiny_model_dir, "--out", tmp_path / "other",
+              "--eval-data", tmp_path, "--eval-task", "useb-askubuntu")
+    assert "--eval-task useb-askubuntu: missing data file" in one_line_error(bad)
+    assert not (tmp_path / "other").exists()

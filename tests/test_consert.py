@@ -412,7 +412,7 @@ def test_eval_data_keeps_the_best_dev_checkpoint(tiny_model_dir, small_corpus, d
 @pytest.mark.parametrize("args, message", [
     (["--corpus", "{missing}"], "does not exist"),
     (["--sts-corpus", "{tmp}"], "--sts-corpus: missing"),
-    (["--corpus", "{corpus}", "--eval-data", "{tmp}"], "--eval-data: missing data file"),
+    (["--corpus", "{corpus}", "--eval-data", "{tmp}"], "--eval-task stsb-dev: missing data file"),
     (["--strategy", "joint", "--nli", "{missing}"], "does not exist"),
 ])
 def test_bad_input_stops_before_training(args, message, tmp_path, small_corpus, tiny_model_dir):
