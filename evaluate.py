@@ -622,6 +622,96 @@ TASKS.update({
 
 
 # ---------------------------------------------------------------------------
+# Alignment and uniformity: the shape of the embedding space (Wang & Isola 2020, arXiv:2005.10242)
+# ---------------------------------------------------------------------------
+# Not a score of either paper's tables but a look at WHY a score moves. With f(x) = e(x) / ||e(x)||, the
+# embedding put on the unit sphere:
+#   alignment  = E_{(x, y) positive pair} ||f(x) - f(y)||^2               (alpha = 2): paraphrases stay close
+#   uniformity = log E_{x, y i.i.d., x != y} exp(-2 ||f(x) - f(y)||^2)    (t = 2): all the rest spreads out
+# Lower is better for both. On the sphere ||f(x) - f(y)||^2 = 2 - 2 cos(x, y) (0 to 4), so both are about
+# cosines. A collapsed encoder (one vector for every sentence: raw BERT's narrow cone taken to its end) has
+# the perfect alignment 0 and the worst uniformity, 0; vectors at right angles to each other (cosine 0,
+# squared distance 2) give log exp(-4) = -4. Contrastive learning (ConSERT's NT-Xent) optimises both at once.
+# Measured as SimCSE measures them (arXiv:2104.08821 §2 eq. 2-3; §3 footnote 3: "STS-B pairs with a score
+# higher than 4 as p_pos and all STS-B sentences as p_data"; §7 fig. 3 plots models this way): positives =
+# the pairs of gold score >= 4 of 5 (4 = "mostly equivalent" in the STS guidelines; min_score=4.0001 gives
+# the strict reading), data = every distinct sentence of the split. SimCSE does not name the split: the task
+# scores test, with dev in details. Raw numbers, not x 100 like the other tasks.
+
+POSITIVE_SCORE = 4.0      # STS gold score (0-5) from which a pair counts as a paraphrase
+UNIFORMITY_CHUNK = 256    # rows of each (chunk, N) block of distances: memory chunk x N, whatever N
+
+
+def alignment(x: torch.Tensor, y: torch.Tensor) -> float:
+    """E ||f(x_i) - f(y_i)||^2 over the rows of x, y (P, d): row i of x and row i of y are a positive pair.
+    Rows need not be unit length: they are normalised first."""
+    if len(x) == 0 or x.shape != y.shape:
+        raise ValueError(f"alignment needs two (P, d) tensors of the same shape, P >= 1 (got {tuple(x.shape)} "
+                         f"and {tuple(y.shape)})")
+    fx, fy = F.normalize(x.double(), dim=-1), F.normalize(y.double(), dim=-1)  # (P, d) each, unit rows
+    return float((fx - fy).pow(2).sum(-1).mean())  # alignment = E ||f(x) - f(y)||_2^2   (alpha = 2)
+
+
+def uniformity(emb: torch.Tensor, chunk: int = UNIFORMITY_CHUNK) -> float:
+    """log E_{i != j} exp(-2 ||f(e_i) - f(e_j)||^2) over the N rows of emb (N, d), each a different sentence.
+    The mean over the N (N - 1) ordered pairs i != j equals the mean over the unordered ones (torch.pdist's,
+    Wang & Isola's code): the distance is symmetric. log-mean-exp is computed as a logsumexp (stable for any
+    exponent), `chunk` rows at a time, so no block is larger than (chunk, N)."""
+    n = len(emb)
+    if n < 2:
+        raise ValueError(f"uniformity needs at least 2 sentences (got {n})")
+    f = F.normalize(emb.double(), dim=-1)  # (N, d) unit rows: f(x) = e(x) / ||e(x)||
+    block_sums = []
+    for start in range(0, n, chunk):
+        rows = f[start:start + chunk]  # (C, d)
+        sq_dist = (2 - 2 * rows @ f.T).clamp(min=0)  # (C, N): ||a - b||^2 = 2 - 2 a.b for unit a, b
+        exponent = -2 * sq_dist  # (C, N): the t = 2 of exp(-t ||f(x) - f(y)||^2)
+        own = torch.arange(len(rows))
+        exponent[own, start + own] = float("-inf")  # x != y: a sentence is not paired with itself
+        block_sums.append(torch.logsumexp(exponent.flatten(), dim=0))  # log sum over the block's pairs
+    # uniformity = log( (1 / (N (N - 1))) sum_{i != j} exp(-2 ||f(x_i) - f(x_j)||^2) )
+    return float(torch.logsumexp(torch.stack(block_sums), dim=0) - np.log(n * (n - 1)))
+
+
+def alignment_uniformity(encoder, pairs: Sequence[tuple], min_score: float = POSITIVE_SCORE, batch_size: int = 64,
+                         show_progress: bool = False) -> dict[str, float | int]:
+    """{"alignment", "uniformity", "positive_pairs", "sentences"} of (sentence1, sentence2, gold score) pairs,
+    as data.load_stsb gives them: alignment over the pairs scored >= min_score, uniformity over every
+    distinct sentence of all the pairs, each encoded once. Lower is better for both. During training:
+
+        evaluate.alignment_uniformity(encoder, data.load_stsb(data_dir / "stsbenchmark" / "sts-dev.csv"))
+    """
+    positives = [p for p in pairs if p[2] >= min_score]
+    if not positives:
+        raise ValueError(f"no pair has a gold score >= {min_score}: alignment needs positive pairs")
+    sentences = list(dict.fromkeys(s for p in pairs for s in p[:2]))
+    emb = encode_unique(encoder, sentences, batch_size, show_progress)  # (N, d) unit rows
+    row = {s: i for i, s in enumerate(sentences)}
+    x, y = emb[[row[p[0]] for p in positives]], emb[[row[p[1]] for p in positives]]  # (P, d) each
+    return {"alignment": alignment(x, y), "uniformity": uniformity(emb),
+            "positive_pairs": len(positives), "sentences": len(sentences)}
+
+
+def task_align_uniform(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
+    """Main score: test uniformity (the one a collapsed encoder cannot fake: its alignment would be a perfect
+    0); details: test alignment, uniformity and counts, the same for dev under dev/."""
+    folder = data_dir / "stsbenchmark"
+    test = alignment_uniformity(encoder, load_stsb(folder / "sts-test.csv"), batch_size=batch_size,
+                                show_progress=show_progress)
+    dev = alignment_uniformity(encoder, load_stsb(folder / "sts-dev.csv"), batch_size=batch_size,
+                               show_progress=show_progress)
+    return test["uniformity"], {**test, **{f"dev/{name}": value for name, value in dev.items()}}
+
+
+TASKS["align-uniform"] = task_align_uniform
+TASK_FILES["align-uniform"] = ["stsbenchmark/sts-test.csv", "stsbenchmark/sts-dev.csv"]
+
+# ---------------------------------------------------------------------------
+# (end of alignment and uniformity)
+# ---------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------
 # The entry points
 # ---------------------------------------------------------------------------
 

@@ -1,0 +1,134 @@
+"""Plot how a model spreads sentences on the sphere: the cosine similarity of random sentence pairs and of
+paraphrase pairs, one panel per model, with alignment and uniformity (evaluate.py's align-uniform task).
+
+    python examples/plot_similarities.py                                   # the shipped all-MiniLM-L6-v2
+    python examples/plot_similarities.py --model bert-base-uncased:BERT runs/consert/model:ConSERT --out cone.png
+
+Raw BERT's vectors sit in a narrow cone: even two unrelated sentences have a cosine near 1, so the random
+pairs pile up at the right, on top of the paraphrases. A contrastive objective (ConSERT) pushes the random
+pairs towards 0 and keeps the paraphrases high (SimCSE, arXiv:2104.08821 app. G, draws the same picture).
+The pairs come from the STS benchmark test set: paraphrases = the pairs of gold score >= 4 of 5; random
+pairs = two different sentences of the set drawn at random (seeded). A text summary is printed too.
+
+matplotlib is optional (pip install matplotlib); without it this script says so and stops.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+import evaluate  # noqa: E402
+from checkpoint import ModelLoadError, default_model_path  # noqa: E402
+from data import load_stsb  # noqa: E402
+from model import SentenceEncoder  # noqa: E402
+
+
+def model_and_label(spec: str | None) -> tuple[str, str]:
+    """'DIR' or 'DIR:LABEL' -> (DIR, LABEL); None -> the shipped model. The label defaults to the folder's name."""
+    if spec is None:
+        return default_model_path(), "all-MiniLM-L6-v2"
+    if ":" in spec and not Path(spec).exists():
+        path, label = spec.rsplit(":", 1)
+        return path, label or Path(path).name
+    return spec, Path(spec).name or spec
+
+
+def random_pairs(n_sentences: int, n_pairs: int, seed: int) -> list[tuple[int, int]]:
+    """n_pairs (i, j), i != j, drawn uniformly from range(n_sentences), with replacement (seeded)."""
+    rng = random.Random(seed)
+    pairs = []
+    while len(pairs) < n_pairs:
+        i, j = rng.randrange(n_sentences), rng.randrange(n_sentences)
+        if i != j:
+            pairs.append((i, j))
+    return pairs
+
+
+def similarities(encoder, pairs: list[tuple], n_random: int, seed: int) -> dict:
+    """Cosines of n_random random pairs and of the paraphrase pairs, alignment and uniformity, one encoding
+    pass over the set's distinct sentences."""
+    sentences = list(dict.fromkeys(s for p in pairs for s in p[:2]))
+    emb = evaluate.encode_unique(encoder, sentences)  # (N, d) unit rows: cosine = dot product
+    row = {s: i for i, s in enumerate(sentences)}
+    positives = [p for p in pairs if p[2] >= evaluate.POSITIVE_SCORE]
+    x, y = emb[[row[p[0]] for p in positives]], emb[[row[p[1]] for p in positives]]  # (P, d) each
+    i, j = map(list, zip(*random_pairs(len(sentences), n_random, seed)))
+    return {
+        "random": (emb[i] * emb[j]).sum(-1).clamp(-1, 1),  # (R,) cosines of random pairs (rounding: |cos| <= 1)
+        "paraphrase": (x * y).sum(-1).clamp(-1, 1),  # (P,) cosines of the paraphrase pairs
+        "alignment": evaluate.alignment(x, y),  # the same numbers as evaluate.py --tasks align-uniform
+        "uniformity": evaluate.uniformity(emb),
+    }
+
+
+def summary(results: list[tuple[str, dict]]) -> str:
+    """One line per model: mean cosine of the random and the paraphrase pairs, alignment, uniformity."""
+    width = max(len("model"), *(len(label) for label, _ in results))
+    lines = [f"{'model':<{width}}  {'random cos':>10}  {'paraphrase cos':>14}  {'alignment':>9}  {'uniformity':>10}"]
+    for label, r in results:
+        lines.append(f"{label:<{width}}  {r['random'].mean():>10.3f}  {r['paraphrase'].mean():>14.3f}  "
+                     f"{r['alignment']:>9.3f}  {r['uniformity']:>10.3f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", nargs="+", action="extend", metavar="DIR[:LABEL]",
+                   help="model folders or Hub ids, each with an optional display label (default: the shipped "
+                        "all-MiniLM-L6-v2)")
+    p.add_argument("--data-dir", type=Path, default=None,
+                   help="evaluation data, for stsbenchmark/sts-test.csv (default: $EVAL_DATA_DIR, else data/)")
+    p.add_argument("--out", type=Path, default=Path("similarities.png"), help="the PNG to write")
+    p.add_argument("--pairs", type=int, default=2000, help="random sentence pairs to draw")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random pairs")
+    args = p.parse_args(argv)
+    if args.pairs < 1:
+        p.error(f"--pairs must be at least 1 (got {args.pairs})")
+    data_dir = args.data_dir or evaluate.default_data_dir()
+    if problem := evaluate.missing_file("align-uniform", data_dir):
+        raise SystemExit(f"error: {problem}")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only, no window
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("error: plotting needs matplotlib, which is not installed (pip install matplotlib)") from None
+    pairs = load_stsb(data_dir / "stsbenchmark" / "sts-test.csv")
+    results = []
+    for spec in args.model or [None]:
+        path, label = model_and_label(spec)
+        try:
+            encoder = SentenceEncoder.from_pretrained(path)
+        except ModelLoadError as err:
+            raise SystemExit(f"error: {err}") from None
+        results.append((label, similarities(encoder, pairs, args.pairs, args.seed)))
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(8, 2.8 * len(results)), sharex=True, squeeze=False)
+    bins = torch.linspace(-1, 1, 81).tolist()  # cosines lie in [-1, 1]
+    for ax, (label, r) in zip(axes[:, 0], results):
+        for kind, color in (("random", "tab:gray"), ("paraphrase", "tab:orange")):
+            values = r[kind].tolist()
+            name = f"{kind} pairs ({len(values)}), mean cosine {r[kind].mean():.2f}"
+            ax.hist(values, bins=bins, density=True, alpha=0.55, color=color, label=name)
+        ax.set_title(f"{label}: alignment {r['alignment']:.3f}, uniformity {r['uniformity']:.3f} (lower is better)",
+                     fontsize=10)
+        ax.set_ylabel("density")
+        ax.legend(loc="upper left", fontsize=8)
+    axes[-1, 0].set_xlabel("cosine similarity (STS benchmark test; paraphrase = gold score >= 4)")
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=120)
+    print(summary(results))
+    print(f"wrote {args.out} ({len(results)} model{'s' if len(results) > 1 else ''}, {args.pairs} random pairs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
