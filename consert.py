@@ -263,10 +263,11 @@ class ConSERTLoss(nn.Module):
             return self.encode(input_ids, attention_mask, view)
 
         view1, view2 = self.views
+        if view2.name == "adversarial" and unaugmented is None:  # the pass that the attack perturbs
+            unaugmented = self.unaugmented(input_ids, attention_mask)
         z1 = vectors(view1)  # (B, d)
         if view2.name != "adversarial":
             return self.contrastive_loss(z1, vectors(view2), keys)
-        unaugmented = unaugmented or self.unaugmented(input_ids, attention_mask)
         if attacked is None:
             attacked = self.contrastive_loss(unaugmented.z, z1, keys)
         return self.contrastive_loss(z1, self.adversarial(unaugmented, attacked), keys)

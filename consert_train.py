@@ -94,7 +94,9 @@ def make_parser() -> cli.ArgumentParser:
                           "into OUT/stage1, then contrastive on --corpus")
     src.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
                      help="what to do with input lines that are not UTF-8")
-    src.add_argument("--max-length", type=int, default=64, help="tokens per sentence, longer ones are truncated")
+    src.add_argument("--max-length", type=int, default=64,
+                     help="word pieces per sentence, counted as the official code does: a sentence keeps at most "
+                          "max-length + 3 tokens, its two special tokens included (its min(n, max_seq_length) + 3)")
     src.add_argument("--bucketing", action="store_true",
                      help="batches of similar length (faster) instead of the official plain shuffled batches; the "
                           "batch decides the negatives, so this changes what is learnt")
@@ -126,6 +128,9 @@ def make_parser() -> cli.ArgumentParser:
     both.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§5.4)")
     both.add_argument("--adv-norm", type=float, default=1.0, help="per-token length of the adversarial perturbation")
     both.add_argument("--cl-weight", type=float, default=0.15, help="factor on the contrastive loss (official cl_rate)")
+    both.add_argument("--optimizer", default="pytorch", choices=["pytorch", "official"],
+                      help="pytorch: PyTorch's AdamW, warm-up from lr/warmup-steps; official: the official code's AdamW "
+                           "without bias correction, warm-up from lr 0 (to reproduce its numbers)")
     both.add_argument("--local-negatives", action="store_true",
                       help="under torchrun: contrast each process's share of the batch only (default: all processes')")
     cli.add_run_arguments(both, out="runs/consert")
@@ -155,8 +160,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(str(e))
         if not stage.dropout and "simcse" in [view.name for view in stage.views]:
             p.error("the simcse view is the encoder's own dropout: it needs the encoder's dropout on (or auto)")
-    if args.max_length < 2:
-        p.error(f"--max-length must be at least 2: [CLS] and [SEP] (got {args.max_length})")
+    if args.max_length < 1:
+        p.error(f"--max-length must be at least 1 (got {args.max_length})")
     return args
 
 
@@ -180,7 +185,8 @@ def make_loader(stage: Stage, inputs: list, encoder: SentenceEncoder, args: argp
 def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inputs: list, args: argparse.Namespace,
               device: torch.device) -> None:
     """One call of the shared training loop."""
-    encoder = SentenceEncoder.from_pretrained(model_dir, pooling="mean", max_length=args.max_length)
+    # the official code's tokens per sentence: min(n, --max-length) + 3, of which 2 special (Transformer.py)
+    encoder = SentenceEncoder.from_pretrained(model_dir, pooling="mean", max_length=args.max_length + 3)
     encoder.bert.mlm_head = None  # a checkpoint's masked-LM head is not used here (and DDP wants no idle weights)
     if not stage.dropout:
         switch_off_dropout(encoder)
@@ -199,7 +205,8 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
     # The official optimiser: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up then linear decay, clip 1.0.
     settings = train.TrainSettings(out=out, steps=stage.steps or stage.epochs * len(loader.batch_sampler),
                                    lr=stage.lr, weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1, schedule="linear",
-                                   grad_clip=1.0, amp=args.amp, save_every=args.save_every, eval_fn=eval_fn,
+                                   grad_clip=1.0, optimizer=args.optimizer, amp=args.amp, save_every=args.save_every,
+                                   eval_fn=eval_fn,
                                    eval_every=args.eval_every, keep_best=eval_fn is not None,
                                    patience=stage.patience if eval_fn else 0, resume=resume)
     if rank == 0:

@@ -3,7 +3,7 @@
   tokenize / pad                       token ids, padded per batch
   read_corpus                          one sentence per line, with clear errors for bad files
   SentenceDataset, NLIDataset          items of a corpus or of NLI pairs, and their collate functions
-  BucketBatchSampler / make_loader     shuffled batches (of similar length), resumable, shardable
+  BatchSampler / make_loader           shuffled batches (of similar length), resumable, shardable
   load_stsb / load_sick / load_sts_year / read_nli / sts_corpus
                                        the STS and NLI files that training and evaluation both read
 """
@@ -179,18 +179,20 @@ def collate_nli(items: list[tuple[list[int], list[int], int]], pad_id: int = 0,
 # Batching: length buckets that keep the epoch random
 
 
-class BucketBatchSampler:
+class BatchSampler:
     """Yields, step by step, this process's share of each batch: a list of (epoch, corpus index) keys.
 
-    Each epoch: shuffle the corpus and cut it into batches. With `bucketing`, first cut the shuffled corpus
-    into pools of `pool_batches` batches and sort each pool by length, then shuffle the order of all
+    Each epoch: shuffle the corpus and cut it into batches, the last one shorter when the corpus does not divide
+    (as DataLoader(shuffle=True) does, which the reference codes use). With `bucketing`, first cut the shuffled
+    corpus into pools of `pool_batches` batches and sort each pool by length, then shuffle the order of all
     batches: sentences in a batch have similar lengths (little padding), though which meet is still random.
     The order depends only on (seed, epoch), so a resumed run can skip exactly the batches it has seen.
     With several processes (`rank` of `world_size`), `batch_size` is the GLOBAL batch: each process
-    takes every world_size-th sentence of it, so N processes see exactly what one process would.
+    takes every world_size-th sentence of it, so N processes see exactly what one process would (but for a last
+    batch with fewer sentences than processes, which joins the one before: every process needs a share).
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, bucketing: bool = True,
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, bucketing: bool = False,
                  pool_batches: int = 64, rank: int = 0, world_size: int = 1):
         if min(len(lengths), batch_size) < world_size:
             raise CorpusError(f"the batch ({batch_size}) and the corpus ({len(lengths)} sentences) must have at least "
@@ -211,9 +213,9 @@ class BucketBatchSampler:
                 for chunk in np.array_split(order, range(pool, len(order), pool))
             ])
         batches = [order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
-        if len(batches) > 1 and len(batches[-1]) < self.batch_size:
+        if len(batches) > 1 and len(batches[-1]) < self.world_size:  # too short to give every process a share:
             last = batches.pop()
-            batches[-1] += last  # a short last batch joins the one before (one sentence has no negatives)
+            batches[-1] += last  # it joins the one before
         if self.bucketing:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
@@ -223,8 +225,10 @@ class BucketBatchSampler:
         self.epoch, self.skip = epoch, skip
 
     def __len__(self) -> int:
-        """Steps per epoch (the last batch may be up to twice as large, see `batches`)."""
-        return max(1, len(self.lengths) // self.batch_size)
+        """Steps per epoch."""
+        steps = math.ceil(len(self.lengths) / self.batch_size)
+        short = len(self.lengths) % self.batch_size
+        return steps - (steps > 1 and 0 < short < self.world_size)
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         for batch in self.batches(self.epoch)[self.skip :]:
@@ -238,7 +242,7 @@ def make_loader(dataset: torch.utils.data.Dataset, *, lengths: Sequence[int], co
     """A DataLoader over shuffled (with `bucketing`, length-bucketed) batches of `dataset`, whose items are built
     (tokenised, damaged) in `workers` background processes: by default 2 on CUDA, none on CPU, where the
     two would compete with the model for the cores. Pinned memory on CUDA for non_blocking copies."""
-    sampler = BucketBatchSampler(lengths, batch_size, seed=seed, bucketing=bucketing, rank=rank, world_size=world_size)
+    sampler = BatchSampler(lengths, batch_size, seed=seed, bucketing=bucketing, rank=rank, world_size=world_size)
     return torch.utils.data.DataLoader(
         dataset, batch_sampler=sampler, num_workers=workers if workers is not None else 2 * (device.type == "cuda"),
         pin_memory=device.type == "cuda",

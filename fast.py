@@ -207,6 +207,8 @@ class VocabularyCrossEntropy(torch.autograd.Function):
     (T, V) tensor: autograd would keep the logits and the log-probabilities and make two more (T, V)
     gradients. Here the backward turns the saved log-probabilities into d loss / d logits = softmax - onehot(y)
     in place. Its gradient of E is a fresh (V, d) tensor, which GradientLast needs.
+    Under autocast the projection and its backward run in the autocast dtype, as F.linear's would, and the
+    softmax in float32, as F.cross_entropy's does (then the backward makes one (T, V) copy in that dtype).
     """
 
     VOCAB_CHUNK = 1024  # on CPU, MKL runs the projection faster as (T, d) x (d, 1024) pieces than in one piece
@@ -214,11 +216,18 @@ class VocabularyCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h: torch.Tensor, E: torch.Tensor, b: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """h (T, d) decoder states at the label positions, E (V, d) word embeddings, b (V,), y (T,) labels."""
-        h = h.to(torch.promote_types(h.dtype, torch.float32))  # projection and softmax in float32 at least
-        logits = h.new_empty(len(h), len(E))  # (T, V)
+        device = h.device.type
+        ctx.dtypes = h.dtype, E.dtype, b.dtype
+        ctx.dt = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+                  else torch.promote_types(h.dtype, torch.float32))  # the projection's dtype
+        h = h.to(ctx.dt)
+        logits = h.new_empty(len(h), len(E), dtype=torch.promote_types(ctx.dt, torch.float32))  # (T, V)
         for i in range(0, len(E), VocabularyCrossEntropy.VOCAB_CHUNK):
             v = slice(i, i + VocabularyCrossEntropy.VOCAB_CHUNK)
-            torch.addmm(b[v], h, E[v].T, out=logits[:, v])  # (T, chunk) = h E_v^T + b_v
+            if ctx.dt == logits.dtype:
+                torch.addmm(b[v].to(ctx.dt), h, E[v].to(ctx.dt).T, out=logits[:, v])  # (T, chunk) = h E_v^T + b_v
+            else:  # a lower-precision product, then stored in float32 for the softmax
+                logits[:, v] = torch.addmm(b[v].to(ctx.dt), h, E[v].to(ctx.dt).T)
         log_probs = torch.log_softmax(logits, -1, out=logits)  # (T, V), in place: no second (T, V) tensor
         ctx.save_for_backward(h, E, log_probs, y)
         return -log_probs.gather(1, y[:, None]).sum()
@@ -228,8 +237,10 @@ class VocabularyCrossEntropy(torch.autograd.Function):
         h, E, log_probs, y = ctx.saved_tensors
         d_logits = log_probs.exp_()  # (T, V): softmax, in place of the log-probabilities
         d_logits[torch.arange(len(y), device=y.device), y] -= 1  # softmax - onehot(y)
+        d_logits = d_logits.to(ctx.dt)
         # the loss's scalar gradient multiplies the small factors, never the (T, V) one
-        return (d_logits @ E) * grad, d_logits.T @ (h * grad), d_logits.sum(0) * grad, None  # (T, d), (V, d), (V,)
+        d_h, d_E, d_b = (d_logits @ E.to(ctx.dt)) * grad, d_logits.T @ (h * grad), d_logits.sum(0) * grad
+        return d_h.to(ctx.dtypes[0]), d_E.to(ctx.dtypes[1]), d_b.to(ctx.dtypes[2]), None  # (T, d), (V, d), (V,)
 
 
 class GradientLast(torch.autograd.Function):

@@ -15,6 +15,7 @@ Each method hands `train` an `objective`: a module whose forward(batch) returns 
 from __future__ import annotations
 
 import json
+import math
 import signal
 import sys
 import time
@@ -47,6 +48,7 @@ class TrainSettings:
     warmup_ratio: float = 0.0  # fraction of steps with a linear warm-up
     schedule: str = "constant"  # after warm-up: "constant" or "linear" decay to 0
     grad_clip: float | None = 1.0
+    optimizer: str = "pytorch"  # "official": the official ConSERT code's AdamW and warm-up (OfficialAdamW, lr_factor)
     amp: str = "none"  # "bf16" / "fp16" autocast (fp16 with a GradScaler)
     save_every: int = 0  # also write a resumable checkpoint every N steps (0: only at the end)
     eval_fn: Callable[[SentenceEncoder], float] | None = None  # e.g. STS-benchmark dev Spearman
@@ -62,17 +64,53 @@ def make_optimizer(objective: nn.Module, settings: TrainSettings, device: torch.
     for p in objective.parameters():  # parameters() lists a shared (tied) Parameter once
         (no_decay if p.ndim < 2 else decay).append(p)
     groups = [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if settings.optimizer == "official":
+        return OfficialAdamW(groups, lr=settings.lr, eps=settings.adam_eps)
     # fused=True: PyTorch's one-pass kernel for the same update, about 4x faster than the default on CPU too
     return torch.optim.AdamW(groups, lr=settings.lr, eps=settings.adam_eps, fused=device.type in ("cpu", "cuda"))
 
 
 def lr_factor(step: int, settings: TrainSettings) -> float:
-    warmup = int(settings.steps * settings.warmup_ratio)
-    if step < warmup:
-        return (step + 1) / warmup
+    """The learning rate of optimiser step `step` (0, 1, ...) over the peak: linear warm-up, then constant or
+    linear decay to 0. The warm-up ends at (step + 1) / warmup = 1; the official ConSERT schedule (transformers'
+    get_linear_schedule_with_warmup) starts at step / warmup = 0, so its first step changes nothing."""
+    if settings.optimizer == "official":
+        warmup = math.ceil(settings.steps * settings.warmup_ratio)
+        if step < warmup:
+            return step / warmup
+    else:
+        warmup = int(settings.steps * settings.warmup_ratio)
+        if step < warmup:
+            return (step + 1) / warmup
     if settings.schedule == "linear":
         return max(0.0, (settings.steps - step) / max(1, settings.steps - warmup))
     return 1.0
+
+
+class OfficialAdamW(torch.optim.Optimizer):
+    """The AdamW that the official ConSERT code runs (transformers' old AdamW with correct_bias=False): Adam's
+    moments without their bias correction, so an early step is (1 - b1) / sqrt(1 - b2) = 3.2 times PyTorch's at
+    first (fading as the moments fill), and the weight decay applied after the update. For reproducing the
+    official numbers (--optimizer official)."""
+
+    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": 0.0})
+
+    @torch.no_grad()
+    def step(self, closure=None) -> None:
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(p), torch.zeros_like(p)
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                m.mul_(beta1).add_(p.grad, alpha=1 - beta1)  # m = b1 m + (1 - b1) g
+                v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)  # v = b2 v + (1 - b2) g^2
+                p.addcdiv_(m, v.sqrt().add_(group["eps"]), value=-group["lr"])  # p -= lr m / (sqrt(v) + eps)
+                p.add_(p, alpha=-group["lr"] * group["weight_decay"])  # p -= lr wd p
 
 
 # ----------------------------------------------------------------------------
@@ -81,7 +119,7 @@ def lr_factor(step: int, settings: TrainSettings) -> float:
 
 def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.data.DataLoader,
           settings: TrainSettings, device: torch.device) -> RunState:
-    """AdamW steps over `loader` (whose batch_sampler is a data.BucketBatchSampler) until settings.steps, or
+    """AdamW steps over `loader` (whose batch_sampler is a data.BatchSampler) until settings.steps, or
     until early stopping. Under torchrun only the main process shows progress, logs, evaluates and writes."""
     objective.to(device).train()
     optimizer = make_optimizer(objective, settings, device)

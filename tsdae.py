@@ -263,13 +263,14 @@ class TSDAELoss(nn.Module):
 
 def make_loader(sentences: list[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
                 rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
-    """(damaged, original) batches, length-bucketed on the original sentences: the loss compares no
-    sentence with another, so grouping similar lengths only saves work on padding."""
+    """(damaged, original) pairs in plain shuffled batches, as the reference's DataLoader(shuffle=True) gives them.
+    With --bucketing, batches of similar original length: less work on padding, but the loss is a mean over the
+    batch's tokens, so in a bucketed batch each sentence weighs about 1/B whatever its length."""
     dataset = DenoisingDataset(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise,
                                ratio=args.noise_ratio, seed=args.seed)
     return data.make_loader(dataset, lengths=data.token_lengths(encoder.tokenizer, sentences, encoder.max_length),
                             collate=collate_pairs, pad_id=encoder.bert.cfg.pad_token_id, batch_size=args.batch_size,
-                            seed=args.seed, device=device, bucketing=True, workers=args.workers, rank=rank,
+                            seed=args.seed, device=device, bucketing=args.bucketing, workers=args.workers, rank=rank,
                             world_size=world)
 
 
@@ -293,6 +294,9 @@ def make_parser() -> cli.ArgumentParser:
     p.add_argument("--noise", default="delete", choices=sorted(NOISE), help="noise type (app. A, tab. 5)")
     p.add_argument("--noise-ratio", type=float, default=0.6, help="probability a word is affected (app. A, tab. 6)")
     p.add_argument("--untie", action="store_true", help="separate decoder weights (initialised from the same checkpoint)")
+    p.add_argument("--bucketing", action="store_true",
+                   help="batches of similar length (less padding) instead of the reference's plain shuffled batches; "
+                        "changes each sentence's weight in the token mean")
     p.add_argument("--loss-normalisation", default="tokens", choices=["tokens", "sentence"],
                    help="tokens: mean over the batch's tokens (reference code); sentence: per-sentence sum (paper §3.1)")
     cli.add_run_arguments(p, out="runs/tsdae")

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     if "tsdae" in args.only:
         dataset = tsdae.DenoisingDataset(picked, tokenizer, TRAIN_MAX_LENGTH, seed=SEED)
         lengths = data.token_lengths(tokenizer, picked, TRAIN_MAX_LENGTH)
-        order = data.BucketBatchSampler(lengths, TRAIN_BATCH, seed=SEED).batches(0)  # tsdae.py's batches
+        order = data.BatchSampler(lengths, TRAIN_BATCH, seed=SEED).batches(0)  # tsdae.py's batches: random
         batches = [tsdae.collate_pairs([dataset[(0, i)] for i in b]) for b in order]
         versions = {"fast": TSDAE_PIECES, "plain": ()}
         versions.update({f"fast without {piece}": tuple(x for x in TSDAE_PIECES if x != piece) for piece in TSDAE_PIECES})
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if "consert" in args.only:
         ids = data.tokenize(tokenizer, picked, TRAIN_MAX_LENGTH)
         for bucketing in (False, True):
-            order = data.BucketBatchSampler([len(x) for x in ids], TRAIN_BATCH, seed=SEED, bucketing=bucketing).batches(0)
+            order = data.BatchSampler([len(x) for x in ids], TRAIN_BATCH, seed=SEED, bucketing=bucketing).batches(0)
             batches = [data.collate_sentences([ids[i] for i in b]) for b in order]
             steppers = {"fast": training_step(consert_objective(model_path, True), batches),
                         "plain": training_step(consert_objective(model_path, False), batches)}

@@ -10,7 +10,7 @@ What is measured (each row of the table)
   TSDAE training   sentences/s of optimizer steps (batch 8, max length 75, AdamW lr 3e-5, grad clip 1.0).
                    Ours: tsdae.TSDAELoss made fast by fast.speed_up_tsdae as `python tsdae.py` runs it (and, in the
                    "plain" row, as `python tsdae.py --plain` runs it), length-bucketed batches
-                   (data.BucketBatchSampler), padding to a multiple of 8 on CUDA only (data.pad_multiple). Theirs: DenoisingAutoEncoderLoss(tie_encoder_decoder=True)
+                   (data.BatchSampler), padding to a multiple of 8 on CUDA only (data.pad_multiple). Theirs: DenoisingAutoEncoderLoss(tie_encoder_decoder=True)
                    on a SentenceTransformer(Transformer(max_seq_length=75), Pooling('cls')), batches in random
                    order padded to the longest sentence, as the library's own loader would give them.
                    Both get the SAME (damaged, original) token ids, built once here with tsdae.DenoisingDataset
@@ -255,7 +255,7 @@ def job_matmul(spec: dict, work: dict, device: torch.device) -> dict:
 
 
 class _PairsByKey(torch.utils.data.Dataset):
-    """The prepared pairs, indexed the way data.BucketBatchSampler asks: by (epoch, i)."""
+    """The prepared pairs, indexed the way data.BatchSampler asks: by (epoch, i)."""
 
     def __init__(self, pairs):
         self.pairs = pairs
@@ -368,7 +368,7 @@ def job_consert_ours(spec: dict, work: dict, device: torch.device, plain: bool =
     objective = objective.to(device).train()
     optimizer = train.make_optimizer(objective, train.TrainSettings(out=Path("."), steps=1, lr=LR), device)
     ids = work["consert_ids"]
-    order = data.BucketBatchSampler([len(s) for s in ids], TRAIN_BATCH, seed=SEED, bucketing=False).batches(0)
+    order = data.BatchSampler([len(s) for s in ids], TRAIN_BATCH, seed=SEED, bucketing=False).batches(0)
 
     def collated(batch_list):
         for b in batch_list:

@@ -14,7 +14,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import data  # noqa: E402
-from model import ModelLoadError, SentenceEncoder, default_model_path  # noqa: E402
+from checkpoint import ModelLoadError, default_model_path  # noqa: E402
+from model import SentenceEncoder  # noqa: E402
 
 
 def label_agreement(scores: torch.Tensor, labels: list[str], k: int) -> float:

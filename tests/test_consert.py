@@ -457,7 +457,7 @@ def test_cli_on_default_model_writes_a_sentence_transformers_model(tmp_path, sts
     assert result.returncode == 0, result.stderr[-2000:]
     assert len(losses(tmp_path / "out")) == 6
     ours = SentenceEncoder.from_pretrained(tmp_path / "out" / "model")
-    assert ours.pooling == "mean" and ours.max_length == 64
+    assert ours.pooling == "mean" and ours.max_length == 64 + 3  # the official count: min(n, 64) + 3 tokens
     st = SentenceTransformer(str(tmp_path / "out" / "model"), device="cpu")
     theirs = st.encode(sts_sentences, convert_to_tensor=True)
     assert F.cosine_similarity(ours.encode(sts_sentences), theirs).min() >= 0.99999
@@ -580,3 +580,44 @@ def test_early_stopping_after_patience_evaluations_without_a_better_score(tiny_m
     train.train(encoder, obj, loader, dataclasses.replace(settings, steps=9, eval_fn=lambda e: next(scores)),
                 torch.device("cpu"))
     assert [r["step"] for r in log(tmp_path / "b") if "eval" in r] == [3, 4, 7, 8]
+
+
+def test_adversarial_view_perturbs_the_unaugmented_pass_itself(minilm_path, batch):
+    """As the official code: the adversarial view is the unaugmented pass's own embedding output (its dropout draw;
+    the gradient flows through it) plus r, run through the layers again; no fresh embedding pass."""
+    ids, mask = batch
+    encoder = SentenceEncoder.from_pretrained(minilm_path, pooling="mean").train()  # dropout on, as in NLI stages
+    obj = objective(encoder, ("none", 0), ("adversarial", 0), adv_norm=1e-2, cl_weight=1.0)
+    outputs, real_embed = [], encoder.bert.embed
+
+    def embed(*args, **kw):
+        outputs.append(real_embed(*args, **kw))
+        return outputs[-1]
+
+    encoder.bert.embed = embed
+    loss = obj(collate(ids, mask))
+    (g,) = torch.autograd.grad(loss, outputs[0])
+    assert len(outputs) == 1  # one embedding pass serves view 1 and the attack
+    assert g[mask.bool()].abs().sum(-1).min() > 0  # both views' gradients flow into it
+
+
+def test_official_optimizer_is_adamw_without_bias_correction_warmed_up_from_zero(tmp_path):
+    """--optimizer official: transformers' old AdamW(correct_bias=False), decay after the update, and the linear
+    warm-up of get_linear_schedule_with_warmup, which starts at lr 0."""
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = train.OfficialAdamW([{"params": [p], "weight_decay": 0.01}], lr=0.1, eps=1e-6)
+    m = v = torch.zeros(2)
+    expected = p.detach().clone()
+    for g in (torch.tensor([0.5, 0.25]), torch.tensor([-0.1, 0.3])):
+        p.grad = g.clone()
+        opt.step()
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        expected = expected - 0.1 * m / (v.sqrt() + 1e-6)
+        expected = expected - 0.1 * 0.01 * expected
+    torch.testing.assert_close(p.detach(), expected)
+    settings = train.TrainSettings(out=tmp_path, steps=95, lr=1.0, warmup_ratio=0.1, schedule="linear",
+                                   optimizer="official")  # warm-up: ceil(9.5) = 10 steps
+    assert [train.lr_factor(step, settings) for step in (0, 5, 10)] == [0.0, 0.5, 1.0]
+    assert train.lr_factor(0, dataclasses.replace(settings, optimizer="pytorch")) == 1 / 9  # int(9.5) steps
+    args = consert_train.parse_args(["--corpus", "x", "--optimizer", "official"])
+    assert args.optimizer == "official"

@@ -46,12 +46,14 @@ def test_sampler_shards_cover_the_corpus_exactly_once():
         for epoch in (0, 1):
             seen = []
             for rank in range(world):
-                s = data.BucketBatchSampler(lengths, 8, seed=5, rank=rank, world_size=world)
+                s = data.BatchSampler(lengths, 8, seed=5, bucketing=True, rank=rank, world_size=world)
                 s.set_epoch(epoch)
                 shares = list(s)
                 assert len(shares) == len(s) and all(shares)  # every process gets a non-empty share every step
                 seen += [i for share in shares for _, i in share]
             assert sorted(seen) == list(range(103))
+    assert [len(b) for b in data.BatchSampler(lengths, 8, world_size=2).batches(0)][-2:] == [8, 7]  # 103 = 12 x 8 + 7
+    assert [len(b) for b in data.BatchSampler(lengths[:97], 8, world_size=2).batches(0)][-2:] == [8, 9]  # 1 < 2 shares
 
 
 def test_two_processes_train_like_one_tsdae(tiny_model_dir, corpus, tmp_path):
@@ -78,7 +80,7 @@ def test_checkpoint_written_once_and_resumable_on_any_number_of_processes(tiny_m
 def test_two_processes_train_like_one_consert_with_gathered_negatives(tiny_model_dir, corpus, tmp_path):
     # the views draw their randomness per process, so equality needs deterministic views: with dropout off
     # and no augmentation the two views coincide, and the test isolates the gathered negatives
-    common = ["--corpus", corpus, "--model", tiny_model_dir, "--batch-size", 12, "--steps", 5, "--lr", 1e-3,
+    common = ["--corpus", corpus, "--model", tiny_model_dir, "--batch-size", 10, "--steps", 5, "--lr", 1e-3,
               "--device", "cpu", "--view1", "none", "--view2", "none", "--encoder-dropout", "off"]
     launch("consert.py", 1, *common, "--out", tmp_path / "one")
     launch("consert.py", 2, *common, "--out", tmp_path / "two")

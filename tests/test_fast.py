@@ -163,3 +163,81 @@ def test_word_matrix_gradient_is_summed_without_vocabulary_sized_temporaries(tin
     assert grads[0].layout == torch.strided  # AdamW needs a dense gradient
     torch.testing.assert_close(grads[0], grads[1])
     assert temporaries[0] == [] and temporaries[1], temporaries  # dense lookups: one zero-fill each
+
+
+# ---------------------------------------------------------------- the modes the command lines run: AMP, dropout
+
+
+def gradient_vector(objective: torch.nn.Module) -> torch.Tensor:
+    """Every gradient the fast path also has (not the cross-attention's Q and K), in one float64 vector."""
+    return torch.cat([p.grad.to_dense().double().flatten() for name, p in sorted(objective.named_parameters())
+                      if p.grad is not None and ".cross_attn.q." not in name and ".cross_attn.k." not in name])
+
+
+def test_fast_equals_plain_under_bf16_autocast(minilm_path, pairs_batch, monkeypatch):
+    """Under --amp bf16 the two paths round differently (bf16 keeps 8 significant bits, and the pieces sum in other
+    orders), so they cannot agree to 1e-5. The tolerance: fast differs from plain by at most twice what bf16 itself
+    moves the plain path away from float32, in the loss and in the whole gradient. And the vocabulary projection,
+    the largest matmul of the step, runs in bf16 like the plain F.linear, not in float32."""
+    plain = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(minilm_path, pooling="cls", max_length=75)).eval()
+    quick = fast.speed_up_tsdae(copy.deepcopy(plain), CPU)
+    results = {}
+    for name, objective, amp in (("plain fp32", plain, False), ("plain bf16", plain, True), ("fast bf16", quick, True)):
+        objective.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            loss = objective(pairs_batch)
+        loss.backward()
+        results[name] = loss.item(), gradient_vector(objective)
+    (l32, g32), (lp, gp), (lf, gf) = results.values()
+    assert 0 < abs(lp - l32) and abs(lf - lp) <= 2 * abs(lp - l32) + 1e-6 * l32
+    assert (gf - gp).norm() <= 2 * (gp - g32).norm()
+
+    projections = []
+    real_addmm = torch.addmm
+
+    def addmm(bias, h, E_t, **kw):
+        projections.append((h.dtype, E_t.shape[1]))
+        return real_addmm(bias, h, E_t, **kw)
+
+    monkeypatch.setattr(torch, "addmm", addmm)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        quick(pairs_batch)
+    vocabulary = [dtype for dtype, width in projections if width == fast.VocabularyCrossEntropy.VOCAB_CHUNK]
+    assert vocabulary and set(vocabulary) == {torch.bfloat16}
+
+
+def count_dropouts(monkeypatch) -> list[float]:
+    """Every dropout applied from now on, by its rate (nn.Dropout and the attention probabilities both call F.dropout)."""
+    calls, real = [], F.dropout
+
+    def dropout(x, p=0.5, training=True, inplace=False):
+        if training and p > 0:
+            calls.append(p)
+        return real(x, p, training, inplace)
+
+    monkeypatch.setattr(F, "dropout", dropout)
+    return calls
+
+
+def test_fast_path_applies_dropout_where_the_plain_one_does(minilm_path, pairs_batch, monkeypatch):
+    """In train mode the paths draw different dropout masks (PackedBert over packed (N, d) rows, the sentence-vector
+    attention over (B, L, h)), so their losses differ draw by draw. What must hold: the same dropouts at the same
+    rates, and the same distribution of the loss over many draws (a fast path that skipped a dropout would have a
+    lower spread and another mean)."""
+    plain = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(minilm_path, pooling="cls", max_length=75)).train()
+    quick = fast.speed_up_tsdae(plain, CPU).train()
+    with torch.no_grad():
+        calls = {}
+        for name, objective in (("plain", plain), ("fast", quick)):
+            calls[name] = count_dropouts(monkeypatch)
+            objective(pairs_batch)
+            monkeypatch.undo()
+        layers = plain.encoder.bert.cfg.num_hidden_layers
+        assert len(calls["plain"]) == 2 + 3 * layers + 5 * layers  # embeddings twice; encoder and decoder layers
+        assert sorted(calls["fast"]) == sorted(calls["plain"])
+        draws = 16
+        losses = {name: torch.tensor([objective(pairs_batch).item() for _ in range(draws)], dtype=torch.float64)
+                  for name, objective in (("plain", plain), ("fast", quick))}
+    (mp, sp), (mf, sf) = [(x.mean().item(), x.std().item()) for x in losses.values()]
+    assert sp > 0.01 and 0.5 < sf / sp < 2  # both spread over the draws, alike (eval mode: no spread at all)
+    assert abs(mf - mp) < 4 * ((sp ** 2 + sf ** 2) / draws) ** 0.5  # the same mean, within the draws' noise

@@ -351,3 +351,27 @@ def test_cli_on_default_model_writes_a_sentence_transformers_model(tmp_path, sts
     assert ours.pooling == "cls"
     theirs = SentenceTransformer(str(tmp_path / "out" / "model"), device="cpu").encode(sts_sentences, convert_to_tensor=True)
     assert F.cosine_similarity(ours.encode(sts_sentences), theirs).min() >= 0.99999
+
+
+def test_default_batches_are_a_uniform_shuffle_and_bucketing_is_opt_in(tiny_model_dir, data_dir):
+    """As the reference's DataLoader(shuffle=True): within a batch, lengths spread as in a random draw, and the
+    short last batch is kept. --bucketing makes a batch's sentences nearly equal in length."""
+    sentences = data.sts_corpus(data_dir)[:4004]
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
+    lengths = torch.tensor(data.token_lengths(encoder.tokenizer, sentences, 75), dtype=torch.float)
+
+    def mean_spread(batches) -> float:  # the mean over batches of (longest - shortest) sentence
+        return sum(float(lengths[b].max() - lengths[b].min()) for b in batches) / len(batches)
+
+    spreads = {}
+    for name, argv in (("default", []), ("bucketing", ["--bucketing"])):
+        args = tsdae.parse_args(["--corpus", "x", *argv])
+        loader = tsdae.make_loader(sentences, encoder, args, torch.device("cpu"))
+        batches = [[i for _, i in keys] for keys in loader.batch_sampler]
+        assert [len(b) for b in batches[-1:]] == [4] or name == "bucketing"  # 4004 = 500 x 8 + 4
+        assert len(batches) == len(loader.batch_sampler) == 501 and sorted(sum(batches, [])) == list(range(4004))
+        spreads[name] = mean_spread(batches)
+    shuffled = torch.randperm(len(sentences), generator=torch.Generator().manual_seed(0)).split(8)
+    spreads["random"] = mean_spread([b.tolist() for b in shuffled])
+    assert abs(spreads["default"] - spreads["random"]) < 0.1 * spreads["random"], spreads
+    assert spreads["bucketing"] < 0.25 * spreads["default"], spreads
