@@ -4,7 +4,9 @@
     python bench/ab.py --only tsdae --steps 60
 
 For TSDAE the reference is the full fast path; each other version leaves ONE piece out (or is the plain path),
-so "fast / without" < 1 means the piece makes the step faster. Every version trains its own copy of the same
+so "fast / without" < 1 means the piece makes the step faster. LabelOnlyTSDAELoss's packed decoder needs
+SentenceVectorAttention, so that one is measured on the plain loss: "PackedBert only" against "PackedBert +
+SentenceVectorAttention". Every version trains its own copy of the same
 weights on the same batches (the bench's STS-benchmark sentences, batch 8, max length 75, AdamW, clip 1.0);
 step k of every version runs before step k + 1 of any, so a machine that slows down slows all of them alike.
 Reported: the ratio of total times, and the median over steps of the per-step ratio.
@@ -35,7 +37,14 @@ from model import SentenceEncoder  # noqa: E402
 
 CPU = torch.device("cpu")
 
-TSDAE_PIECES = ("PackedBert", "SentenceVectorAttention", "LabelOnlyTSDAELoss")
+TSDAE_VERSIONS = {  # name -> the fast pieces it has
+    "fast": ("PackedBert", "SentenceVectorAttention", "LabelOnlyTSDAELoss"),
+    "plain": (),
+    "fast without PackedBert": ("SentenceVectorAttention", "LabelOnlyTSDAELoss"),
+    "fast without LabelOnlyTSDAELoss": ("PackedBert", "SentenceVectorAttention"),
+    "PackedBert only": ("PackedBert",),
+    "fast without gradient_memory": ("PackedBert", "SentenceVectorAttention", "LabelOnlyTSDAELoss", "no gradient_memory"),
+}
 
 
 def tsdae_objective(model_path: str, pieces: tuple[str, ...]) -> torch.nn.Module:
@@ -43,6 +52,8 @@ def tsdae_objective(model_path: str, pieces: tuple[str, ...]) -> torch.nn.Module
     torch.manual_seed(SEED)  # the new cross-attention weights too
     plain = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(model_path, pooling="cls", max_length=TRAIN_MAX_LENGTH))
     objective = fast.speed_up_tsdae(plain, CPU) if "LabelOnlyTSDAELoss" in pieces else plain
+    if "no gradient_memory" in pieces:  # a fresh (V, d) tensor for E's gradient every step
+        objective.gradient_memory = lambda E: None
     if ("PackedBert" in pieces) != isinstance(objective.encoder.bert, fast.PackedBert):
         if "PackedBert" in pieces:
             objective = fast.replaced(objective, encoder=fast.speed_up_encoder(objective.encoder, CPU))
@@ -124,9 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         lengths = data.token_lengths(tokenizer, picked, TRAIN_MAX_LENGTH)
         order = data.BatchSampler(lengths, TRAIN_BATCH, seed=SEED).batches(0)  # tsdae.py's batches: random
         batches = [tsdae.collate_pairs([dataset[(0, i)] for i in b]) for b in order]
-        versions = {"fast": TSDAE_PIECES, "plain": ()}
-        versions.update({f"fast without {piece}": tuple(x for x in TSDAE_PIECES if x != piece) for piece in TSDAE_PIECES})
-        steppers = {name: training_step(tsdae_objective(model_path, pieces), batches) for name, pieces in versions.items()}
+        steppers = {name: training_step(tsdae_objective(model_path, pieces), batches)
+                    for name, pieces in TSDAE_VERSIONS.items()}
         report("TSDAE training step", alternate(steppers, steps), "fast", args.warmup)
 
     if "encode" in args.only:

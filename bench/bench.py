@@ -9,12 +9,13 @@ What is measured (each row of the table)
 ----------------------------------------
   TSDAE training   sentences/s of optimizer steps (batch 8, max length 75, AdamW lr 3e-5, grad clip 1.0).
                    Ours: tsdae.TSDAELoss made fast by fast.speed_up_tsdae as `python tsdae.py` runs it (and, in the
-                   "plain" row, as `python tsdae.py --plain` runs it), length-bucketed batches
-                   (data.BatchSampler), padding to a multiple of 8 on CUDA only (data.pad_multiple). Theirs: DenoisingAutoEncoderLoss(tie_encoder_decoder=True)
-                   on a SentenceTransformer(Transformer(max_seq_length=75), Pooling('cls')), batches in random
-                   order padded to the longest sentence, as the library's own loader would give them.
+                   "plain" row, as `python tsdae.py --plain` runs it), on tsdae.py's batches (data.BatchSampler:
+                   plain shuffled batches; the "bucketed" row: --bucketing, other batches), padding to a multiple
+                   of 8 on CUDA only (data.pad_multiple). Theirs: DenoisingAutoEncoderLoss(tie_encoder_decoder=True)
+                   on a SentenceTransformer(Transformer(max_seq_length=75), Pooling('cls')), on the SAME batches as
+                   ours, each padded to its longest sentence, as the library's collator pads.
                    Both get the SAME (damaged, original) token ids, built once here with tsdae.DenoisingDataset
-                   (deletion, ratio 0.6, seed 0), and the timed steps see the same set of sentences.
+                   (deletion, ratio 0.6, seed 0), and the timed steps see the same batches.
                    The loss is the same: cross-entropy averaged over the batch's non-pad label tokens.
   encode           sentences/s of SentenceEncoder.encode (fast.speed_up_encoder; plain) vs SentenceTransformer.encode
                    (batch 64, the model's max length 256, tokenisation included), on the same sentences.
@@ -267,11 +268,13 @@ class _PairsByKey(torch.utils.data.Dataset):
         return self.pairs[key[1]]
 
 
-def our_tsdae_batches(work: dict, encoder, device: torch.device):
+def our_tsdae_batches(work: dict, encoder, device: torch.device, bucketing: bool = False):
     """Our batches exactly as `python tsdae.py` would make them (tsdae.make_loader with the CLI's defaults:
-    length buckets, its padding, workers and pinned memory on CUDA), but over the prepared pairs, so the
-    noise is not drawn inside the timed loop. Returns (batch order, loader factory)."""
-    args = tsdae.parse_args(["--corpus", "unused", "--max-length", str(TRAIN_MAX_LENGTH)])
+    plain shuffled batches, or length buckets with --bucketing; its padding, workers and pinned memory on
+    CUDA), but over the prepared pairs, so the noise is not drawn inside the timed loop.
+    Returns (batch order, loader factory)."""
+    args = tsdae.parse_args(["--corpus", "unused", "--max-length", str(TRAIN_MAX_LENGTH)]
+                            + (["--bucketing"] if bucketing else []))
     reference = tsdae.make_loader(work["train_sentences"], encoder, args, device)
     order = reference.batch_sampler.batches(0)
     loader = lambda batches: torch.utils.data.DataLoader(
@@ -282,11 +285,10 @@ def our_tsdae_batches(work: dict, encoder, device: torch.device):
 
 
 def their_tsdae_batches(work: dict) -> tuple[list[list[int]], Callable]:
-    """The library's way: batches in random order, each side padded to its own longest sentence
-    (no multiple-of-8), with token_type_ids, as sentence-transformers' collator gives them."""
+    """The same batches as ours (tsdae.py's default: the same random order), collated the library's way: each
+    side padded to its own longest sentence (no multiple-of-8), with token_type_ids."""
     pairs = work["pairs"]
-    order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(SEED)).tolist()
-    batches = [order[i : i + TRAIN_BATCH] for i in range(0, len(order), TRAIN_BATCH)]
+    batches = data.BatchSampler([len(o) for _, o in pairs], TRAIN_BATCH, seed=SEED).batches(0)
 
     def features(seqs):
         ids, mask = data.pad(seqs, pad_id=0, multiple=1)
@@ -299,7 +301,7 @@ def their_tsdae_batches(work: dict) -> tuple[list[list[int]], Callable]:
     return batches, collated
 
 
-def job_train_ours(spec: dict, work: dict, device: torch.device, plain: bool = False) -> dict:
+def job_train_ours(spec: dict, work: dict, device: torch.device, plain: bool = False, bucketing: bool = False) -> dict:
     torch.manual_seed(SEED)
     encoder = model.SentenceEncoder.from_pretrained(spec["model"], pooling="cls", max_length=TRAIN_MAX_LENGTH)
     objective = tsdae.TSDAELoss(encoder, tie=True)
@@ -307,7 +309,7 @@ def job_train_ours(spec: dict, work: dict, device: torch.device, plain: bool = F
         objective = fast.speed_up_tsdae(objective, device)
     objective = objective.to(device).train()
     optimizer = train.make_optimizer(objective, train.TrainSettings(out=Path("."), steps=1, lr=LR), device)
-    order, loader = our_tsdae_batches(work, encoder, device)
+    order, loader = our_tsdae_batches(work, encoder, device, bucketing)
     loss_fn = lambda batch: objective(to_device(batch, device))
     return timed_training(loss_fn, list(objective.parameters()), optimizer, loader(order[: spec["warmup"]] + order),
                           spec["warmup"], len(order), len(work["pairs"]), device, spec["amp"],
@@ -381,6 +383,7 @@ def job_consert_ours(spec: dict, work: dict, device: torch.device, plain: bool =
 JOBS = {
     "matmul": job_matmul,
     "train_ours": job_train_ours, "train_plain": functools.partial(job_train_ours, plain=True),
+    "train_bucketed": functools.partial(job_train_ours, bucketing=True),
     "train_theirs": job_train_theirs,
     "encode_ours": job_encode_ours, "encode_plain": functools.partial(job_encode_ours, plain=True),
     "encode_theirs": job_encode_theirs,
@@ -431,8 +434,8 @@ def tokens_computed(work: dict, encoder) -> dict:
     ours = dict.fromkeys(real, 0)
     for b in loader(order):
         ours["encoder"] += int(b["damaged_mask"].sum())  # fast.PackedBert: real tokens only
-        ours["decoder"] += b["original_ids"][:, 1:].numel()
-        ours["lm_head"] += int(b["original_mask"][:, 1:].sum())  # TSDAELoss: label positions only
+        ours["decoder"] += int(b["original_mask"][:, 1:].sum())  # LabelOnlyTSDAELoss.decoder_states: label positions
+        ours["lm_head"] += int(b["original_mask"][:, 1:].sum())  # and the LM head at label positions only
     batches, collated = their_tsdae_batches(work)
     theirs = dict.fromkeys(real, 0)
     for source, target in collated(batches):
@@ -530,7 +533,7 @@ def print_table(rows: list[tuple[str, dict, str | None]], device: torch.device, 
 def print_profiles(runs: dict, flops: dict, peak_gflops: float | None) -> None:
     """--profile: per training job, the last round's top operators, and how fast the matmul kernels alone turn
     the useful FLOPs over (the rest of the step is everything else: optimizer, norms, dropout, memory)."""
-    for job, part in [("train_ours", "train"), ("train_plain", "train"), ("train_theirs", "train"),
+    for job, part in [("train_ours", "train"), ("train_bucketed", "train"), ("train_plain", "train"), ("train_theirs", "train"),
                       ("consert_ours", "consert"), ("consert_plain", "consert")]:
         r = next((r for r in reversed(runs.get(job, [])) if "profile" in r), None)
         if r is None:
@@ -589,7 +592,7 @@ def main(argv=None) -> int:
         print("sentence-transformers is not installed: only our figures are shown", file=sys.stderr)
         theirs = False
     parts = [p for p in ("train", "encode", "consert") if p not in args.skip]
-    systems = ["ours"] + ([] if args.no_plain else ["plain"]) + (["theirs"] if theirs else [])
+    systems = ["ours", "bucketed"] + ([] if args.no_plain else ["plain"]) + (["theirs"] if theirs else [])
 
     base_spec = {"model": model_path, "device": str(device), "threads": args.threads, "amp": args.amp,
                  "warmup": args.warmup_steps, "profile": args.profile,
@@ -633,7 +636,8 @@ def main(argv=None) -> int:
         "consert": consert_step_flops([len(s) for s in work["consert_ids"]], cfg),
     }
     names = {"train": "TSDAE training", "encode": "encode", "consert": "ConSERT training"}
-    who_names = {"ours": "ours (fast, the default)", "plain": "ours (--plain)", "theirs": "sentence-transformers"}
+    who_names = {"ours": "ours (fast, the default)", "bucketed": "ours (fast, --bucketing: other batches)",
+                 "plain": "ours (--plain)", "theirs": "sentence-transformers"}
     summary, rows = {}, []
     for part in parts:
         for who in systems:

@@ -157,7 +157,7 @@ def test_word_matrix_gradient_is_summed_without_vocabulary_sized_temporaries(tin
         word.weight.grad = None
         with profile(record_shapes=True) as prof:
             obj(batch).backward()
-        grads.append(word.weight.grad)
+        grads.append(word.weight.grad.clone())  # E.grad lives in memory the objective keeps (gradient_memory)
         temporaries.append([e.name for e in prof.events() if e.name in ("aten::fill_", "aten::copy_")
                             and e.input_shapes and list(e.input_shapes[0]) == list(word.weight.shape)])
     assert grads[0].layout == torch.strided  # AdamW needs a dense gradient
