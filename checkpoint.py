@@ -9,6 +9,7 @@
   read_pooling, write_sentence_transformers   the sentence-transformers files (1_Pooling/, modules.json, ...)
   resolve_model, default_model_path      a folder, a Hub id, or the shipped all-MiniLM-L6-v2
   atomic_dir                             write a folder completely or not at all
+  ModelCard, write_model_card            README.md of a trained model folder, as the Hub writes it
 
 Who owns loading: model.py. It builds the modules (Bert, SentenceEncoder) and asks this file for what a
 folder holds: config values, tensors by name, a tokenizer. This file knows files and names only, never
@@ -17,11 +18,15 @@ model.py and this file would import each other: loading needs Bert, and Bert's f
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import re
+import shlex
 import shutil
 import struct
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -428,12 +433,6 @@ def write_json(path: Path, obj) -> None:
 #                    non_default_settings=non_default_settings(parser, args), command=command_line())
 #   write_model_card(folder, card)        # folder: the model folder save_pretrained wrote (or is writing)
 
-import hashlib  # noqa: E402
-import re  # noqa: E402
-import shlex  # noqa: E402
-import sys  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-
 # The methods this repository trains: arXiv id and title of each paper.
 PAPERS = {
     "TSDAE": ("2104.06979", "TSDAE: Using Transformer-based Sequential Denoising Auto-Encoder for Unsupervised "
@@ -619,7 +618,7 @@ def model_card_text(card: ModelCard, folder: Path | None = None) -> str:
         saved = read_pooling(folder)
         if saved is not None and saved != card.pooling:
             raise ValueError(f"the card says pooling {card.pooling} but {folder / '1_Pooling'} says {saved}")
-        dimension = (read_json(folder / "config.json", missing=None) or {}).get("hidden_size")
+        dimension = read_config(folder).get("hidden_size") if (folder / "config.json").exists() else None
         max_length = read_max_length(folder)
     corpus = card.corpus
     if card.corpus_lines is not None:

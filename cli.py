@@ -4,6 +4,7 @@
   add_run_arguments               the flags every training run has (--out, --resume, --device, --amp, ...)
   check_arguments                 numbers in range, one line per mistake
   check_out_folder                a run folder is never silently reused
+  model_card                      what a run's saved models say of how they were made (README.md)
   device                          --device as a torch.device, with one-line errors
   run                             a script's entry point: a user's mistake ends in one line, not a traceback
 """
@@ -18,6 +19,7 @@ from typing import Callable
 
 import torch
 
+import checkpoint
 import distributed
 from checkpoint import ModelLoadError
 from data import CorpusError
@@ -74,6 +76,20 @@ def add_selection_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup
                         "USEB tasks on USEB's valid split, the TSDAE paper's point, §4; rerank:PATH, your own)")
     p.add_argument("--eval-every", type=int, default=eval_every,
                    help="steps of each epoch between evaluations, and one at each epoch's end")
+    p.add_argument("--log-alignment", action="store_true",
+                   help="with --eval-data: also log alignment and uniformity on STS-b dev at each evaluation "
+                        "(Wang & Isola 2020; evaluate.py --tasks align-uniform)")
+
+
+def model_card(method: str, parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str] | None,
+               sentences: list[str], pooling: str, lr: float, corpus: str | None = None) -> Callable:
+    """The model card of a run's saved models, as a function of where the run stands (steps, best dev score)."""
+    lines, digest = checkpoint.corpus_fingerprint(sentences)
+    fixed = dict(method=method, base_model=str(args.model or checkpoint.default_model_path()), pooling=pooling,
+                 corpus=str(corpus or args.corpus), corpus_lines=lines, corpus_sha256=digest, batch_size=args.batch_size,
+                 lr=lr, command=checkpoint.command_line(argv), non_default_settings=checkpoint.non_default_settings(
+                     parser, args), dev_metric=args.eval_task if args.eval_data else None)
+    return lambda state: checkpoint.ModelCard(**fixed, steps=state.step, dev_score=state.best)
 
 
 def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace, positive: tuple[str, ...] = (),
@@ -84,7 +100,7 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace, positi
     def flag(name: str) -> str:
         return "--" + name.replace("_", "-")
 
-    given = lambda name: getattr(args, name) is not None
+    given = lambda name: getattr(args, name, None) is not None
     for name in filter(given, positive):
         if not getattr(args, name) > 0:
             p.error(f"{flag(name)} must be > 0 (got {getattr(args, name)})")
@@ -99,7 +115,7 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace, positi
             p.error(f"{flag(name)} must be in [0, 1) (got {getattr(args, name)})")
 
 
-RUN_FILES = ("model", "checkpoint", "best", "stage1", "log.jsonl")  # what a run leaves in OUT
+RUN_FILES = ("model", "checkpoint", "best", "stage1", "decoder", "log.jsonl")  # what a run leaves in OUT
 
 
 def check_out_folder(out: Path, resume: bool, overwrite: bool) -> None:

@@ -183,7 +183,7 @@ def make_loader(stage: Stage, inputs: list, encoder: SentenceEncoder, args: argp
 
 
 def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inputs: list, args: argparse.Namespace,
-              device: torch.device) -> None:
+              device: torch.device, argv: list[str] | None = None) -> None:
     """One call of the shared training loop."""
     # the official code's tokens per sentence: min(n, --max-length) + 3, of which 2 special (Transformer.py)
     encoder = SentenceEncoder.from_pretrained(model_dir, pooling="mean", max_length=args.max_length + 3)
@@ -198,17 +198,22 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
     rank, world = distributed.init()
     distributed.consert_over_global_batch(objective, local_negatives=args.local_negatives)
     loader = make_loader(stage, inputs, encoder, args, device, rank, world)
-    eval_fn = None
-    if args.eval_data:  # the same weights, pooled as --eval-pooling says
-        eval_fn = lambda enc: evaluate.dev_score(SentenceEncoder(enc.bert, enc.tokenizer, args.eval_pooling,
-                                                                 enc.max_length), args.eval_task, args.eval_data)
+    dev = evaluate.dev_fn(args.eval_task, args.eval_data)
+    # the same weights, pooled as --eval-pooling says
+    eval_fn = dev and (lambda enc: dev(SentenceEncoder(enc.bert, enc.tokenizer, args.eval_pooling, enc.max_length)))
+    if stage.kind == "unsup":
+        lines, corpus = inputs, args.corpus or f"the STS12-16, STS-b and SICK sentences of {args.sts_corpus}"
+    else:
+        lines, corpus = [f"{p}\t{h}\t{label}" for p, h, label in inputs], f"{args.nli} (NLI pairs)"
     # The official optimiser: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up then linear decay, clip 1.0.
-    settings = train.TrainSettings(out=out, steps=stage.steps or stage.epochs * len(loader.batch_sampler),
-                                   lr=stage.lr, weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1, schedule="linear",
-                                   grad_clip=1.0, optimizer=args.optimizer, amp=args.amp, save_every=args.save_every,
-                                   eval_fn=eval_fn,
-                                   eval_every=args.eval_every, keep_best=eval_fn is not None,
-                                   patience=stage.patience if eval_fn else 0, resume=resume)
+    settings = train.TrainSettings(
+        out=out, steps=stage.steps or stage.epochs * len(loader.batch_sampler), lr=stage.lr, weight_decay=0.01,
+        adam_eps=1e-6, warmup_ratio=0.1, schedule="linear", grad_clip=1.0, optimizer=args.optimizer, amp=args.amp,
+        save_every=args.save_every, eval_fn=eval_fn, eval_every=args.eval_every, keep_best=eval_fn is not None,
+        patience=stage.patience if eval_fn else 0, resume=resume,
+        log_fn=evaluate.alignment_fn(args.eval_data) if args.log_alignment and args.eval_data else None,
+        card=cli.model_card("ConSERT", make_parser(), args, argv, lines, pooling="mean", lr=stage.lr,
+                            corpus=f"{corpus}, stage {stage.kind} of --strategy {args.strategy}"))
     if rank == 0:
         what = "sentences" if stage.kind == "unsup" else "NLI pairs"
         views = " + ".join(f"{v.name} {v.rate:g}" if v.rate else v.name for v in stage.views)
@@ -243,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stage 1 ({stage.kind}) already finished in {folder}; continuing with stage 2")
         else:
             resume = args.resume and (folder / "checkpoint").exists()
-            run_stage(stage, model_dir, folder, resume, corpus if stage.kind == "unsup" else nli, args, device)
+            run_stage(stage, model_dir, folder, resume, corpus if stage.kind == "unsup" else nli, args, device, argv)
         model_dir = folder / "best" if (folder / "best").exists() else folder / "model"
     if distributed.rank() == 0:
         print(f"done: encoder saved to {out / 'model'} (mean pooling)")

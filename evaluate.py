@@ -766,6 +766,17 @@ def dev_score(encoder, task: str, data_dir: str | Path | None = None, batch_size
     return evaluate(encoder, [task], data_dir, batch_size, split="valid")["useb-avg" if task == "useb" else task]
 
 
+def dev_fn(task: str, data_dir: str | Path | None):
+    """The training scripts' eval_fn: encoder -> dev_score(encoder, task, data_dir); None without data."""
+    return None if data_dir is None else lambda encoder: dev_score(encoder, task, data_dir)
+
+
+def alignment_fn(data_dir: str | Path):
+    """The training scripts' log_fn (--log-alignment): encoder -> alignment and uniformity on STS-b dev."""
+    pairs = load_stsb(Path(data_dir) / "stsbenchmark" / "sts-dev.csv")
+    return lambda encoder: alignment_uniformity(encoder, pairs)
+
+
 def dev_task_problem(task: str, data_dir: str | Path) -> str | None:
     """Why `task` cannot score dev data in data_dir (one line), or None."""
     try:

@@ -4,17 +4,19 @@ The plain code (model.py, tsdae.py, consert.py) is the one to learn from. The co
 below by default; `--plain` runs the plain code. tests/test_fast.py shows that each piece gives the numbers
 of the plain one it replaces, on the real MiniLM weights. `python bench/ab.py` measures what each one buys:
 it alternates versions step by step in one process, each version leaving one piece out (figures: 2-core
-CPU, MiniLM, batch 8; two runs of 40 and 80 steps; step time with the piece / without it).
+CPU, MiniLM, batch 8, tsdae.py's random batches; 40 steps; the median per-step time with the piece / without
+it; bench/README.md has the figures and why one piece shows only between processes).
 
-  piece                     replaces                                 what it saves                     step time
-  PackedBert                model.Bert                               the encoder's work on padding     TSDAE x0.95-0.98,
-                                                                                                       encode x0.87-0.92
-  SentenceVectorAttention   a TSDAE decoder layer's cross_attn       Q, K; V and out at every token    TSDAE x0.92-0.95
-  LabelOnlyTSDAELoss (with  tsdae.TSDAELoss                          the LM head at padding, 3 of 4    TSDAE x0.71-0.74
-   VocabularyCrossEntropy,                                           vocabulary-sized tensors
-   GradientLast, SparseGradLookup)
-  FusedAttention            model.MultiHeadAttention (CUDA only)     one fused kernel per attention    not measured (no GPU)
-All together, TSDAE step x0.69 against the plain path.
+  piece                     replaces                                 what it saves                    step time
+  PackedBert                model.Bert                               the encoder's work on padding    TSDAE x0.98,
+                                                                                                      encode x0.96
+  SentenceVectorAttention   a TSDAE decoder layer's cross_attn       Q, K; V and out at every token   TSDAE x0.98
+  LabelOnlyTSDAELoss        tsdae.TSDAELoss                          the decoder and LM head at       TSDAE x0.70
+   (VocabularyCrossEntropy,                                          padding, 3 of 4 vocabulary-sized
+   GradientLast, SparseGradLookup,                                   tensors, 47 MB of fresh memory
+   gradient_memory)                                                  a step
+  FusedAttention            model.MultiHeadAttention (CUDA only)     one fused kernel per attention   not measured (no GPU)
+All together, TSDAE step x0.65 against the plain path; 2.07x sentence-transformers' sentences/s (bench/bench.py).
 
 The entry points speed_up_encoder, speed_up_tsdae and speed_up_consert each RETURN a new object that shares
 every Parameter with the plain one given, and never change the plain one. One speed-up stays in the plain code
@@ -101,9 +103,9 @@ class PackedBert(nn.Module):
     computing them on the packed real tokens gives the same real-token states; only attention needs the
     sentences, so q, k and v are laid out as (B, L, d) for it. Real-token states equal model.Bert's; padding
     states are 0 (model.Bert's are meaningless there; pooling skips them).
-    Gain (bench/ab.py): TSDAE step x0.95-0.98, `encode` x0.87-0.92, ConSERT step on random batches x0.93-0.97;
-    on length-bucketed ConSERT batches, which hold almost no padding, x1.03 (slower), so consert_train.py leaves
-    it out there.
+    Gain (bench/ab.py): TSDAE step x0.98, `encode` x0.96, ConSERT step on random batches x0.95; on length-bucketed
+    ConSERT batches, which hold almost no padding, x1.03 (slower) in the last session and x0.93 in this one:
+    consert_train.py still leaves it out there.
     """
 
     def __init__(self, bert: model.Bert):
@@ -178,7 +180,8 @@ class SentenceVectorAttention(nn.Module):
     head receives that head's value of the sentence vector s. The Q and K projections change nothing (their
     gradient is exactly 0) and are left out; V and the output projection run once per sentence, not per token.
     Attention dropout still drops each (position, head) weight, as in the plain version.
-    Built from the plain module: its v and out are the same Parameters. Gain: TSDAE step x0.92-0.95 (bench/ab.py).
+    Built from the plain module: its v and out are the same Parameters. Gain: TSDAE step x0.98 (bench/ab.py, on the
+    plain loss).
     """
 
     def __init__(self, attn: model.MultiHeadAttention):
@@ -302,7 +305,7 @@ class LabelOnlyTSDAELoss(nn.Module):
       2. the LM head runs only where there is a label, not on padding (the plain loss multiplies those by 0);
       3. VocabularyCrossEntropy: one (T, V) tensor where autograd makes four;
       4. sparse word-embedding lookups + GradientLast: no 47 MB zero-fill and copy per lookup.
-    Gain: TSDAE step x0.71-0.74 for 2-4 (bench/ab.py).
+    Gain: TSDAE step x0.70 (bench/ab.py).
     """
 
     def __init__(self, plain: nn.Module, device: torch.device):
@@ -343,7 +346,9 @@ class LabelOnlyTSDAELoss(nn.Module):
         """Where E's gradient (47 MB for BERT) is written, on CPU: memory kept from step to step. A fresh 47 MB
         tensor costs page faults every step (freed memory that large goes back to the system); here the memory
         stays (a numpy array) and each step gets a new tensor over it (torch.from_numpy), which autograd takes
-        as E.grad without a copy, as it takes any fresh tensor. Gain: x0.94 (bench/ab.py). Used only when the
+        as E.grad without a copy, as it takes any fresh tensor. Gain: the OS-kernel time of a step 35 -> 5 ms, and
+        TSDAE training 1.79x -> 2.07x the library's sentences/s (bench/bench.py; within one process, as in
+        bench/ab.py, freed memory comes back warm and the gain does not show). Used only when the
         last step's gradient has been dropped (E.grad is None, as zero_grad(set_to_none=True) leaves it); a
         reference to an old E.grad kept across steps would see the new gradient."""
         if E.grad is not None or E.device.type != "cpu" or E.dtype != torch.float32:

@@ -331,9 +331,10 @@ class SentenceEncoder(nn.Module):
         self.train(was_training)
         return out
 
-    def save_pretrained(self, out_dir: str | Path) -> None:
-        """A folder that transformers.AutoModel and sentence_transformers.SentenceTransformer load.
-        Written to a temporary folder first and then renamed: a crash never leaves half a model."""
+    def save_pretrained(self, out_dir: str | Path, card: checkpoint.ModelCard | None = None) -> None:
+        """A folder that transformers.AutoModel and sentence_transformers.SentenceTransformer load, with a model
+        card (README.md) when one is given. Written to a temporary folder first and then renamed: a crash never
+        leaves half a model."""
         if self.pooling == LAST2_MEAN:
             raise ValueError(f"a sentence-transformers folder cannot express {LAST2_MEAN} pooling; save with another")
         cfg = self.bert.cfg
@@ -345,3 +346,5 @@ class SentenceEncoder(nn.Module):
             checkpoint.write_json(tmp / "config.json", checkpoint.hf_config(cfg.to_dict(), base))
             checkpoint.save_tokenizer(self.tokenizer, tmp, self.source, cfg.model_type)
             checkpoint.write_sentence_transformers(tmp, self.pooling, self.max_length, self.bert.cfg.hidden_size)
+            if card is not None:
+                checkpoint.write_model_card(tmp, card)

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 import cli
 import data
 import distributed
-from checkpoint import ModelLoadError, atomic_dir
+from checkpoint import ModelCard, ModelLoadError, atomic_dir
 from model import SentenceEncoder
 
 
@@ -52,10 +52,13 @@ class TrainSettings:
     amp: str = "none"  # "bf16" / "fp16" autocast (fp16 with a GradScaler)
     save_every: int = 0  # also write a resumable checkpoint every N steps (0: only at the end)
     eval_fn: Callable[[SentenceEncoder], float] | None = None  # e.g. STS-benchmark dev Spearman
+    log_fn: Callable[[SentenceEncoder], dict] | None = None  # more numbers for log.jsonl at each evaluation
     eval_every: int = 0  # evaluate every N steps of each epoch, and at each epoch's end (with eval_fn)
     keep_best: bool = False  # save the encoder with the best eval score to out/best
     patience: int = 0  # stop after this many evaluations without a better score (0: never)
     resume: bool = False
+    card: Callable[[RunState], ModelCard] | None = None  # the model card of model/ and best/ (README.md)
+    save_with_model: Callable[[Path], None] | None = None  # writes the method's own files beside model/ (into OUT)
 
 
 def make_optimizer(objective: nn.Module, settings: TrainSettings, device: torch.device) -> torch.optim.AdamW:
@@ -225,15 +228,16 @@ class ModelSelection:
         if not self.active or not evaluations:
             return {}
         score = self.settings.eval_fn(self.encoder)
+        logged = self.settings.log_fn(self.encoder) if self.settings.log_fn else {}
         objective.train()  # evaluation switched the encoder to eval mode
         for _ in range(evaluations):
             if state.best is None or score > state.best:
                 state.best, state.evals_since_best = score, 0
                 if self.settings.keep_best:
-                    self.run.save_model("best")
+                    self.run.save_model("best", state)
             else:
                 state.evals_since_best += 1
-        return {"eval": score}
+        return {"eval": score, **logged}
 
     def patience_ran_out(self, state: RunState) -> bool:
         return self.settings.patience > 0 and state.evals_since_best >= self.settings.patience
@@ -268,9 +272,13 @@ class RunFolder:
         if self.settings.save_every and state.step % self.settings.save_every == 0:
             self.save_checkpoint(state)
 
-    def save_model(self, name: str) -> None:
-        if self.writes:
-            self.encoder.save_pretrained(self.out / name)
+    def save_model(self, name: str, state: RunState) -> None:
+        """model/ or best/, with its model card; with model/, the method's own files (save_with_model)."""
+        if not self.writes:
+            return
+        self.encoder.save_pretrained(self.out / name, card=self.settings.card(state) if self.settings.card else None)
+        if name == "model" and self.settings.save_with_model:
+            self.settings.save_with_model(self.out)
 
     def save_checkpoint(self, state: RunState) -> None:
         if not self.writes:
@@ -308,14 +316,14 @@ class RunFolder:
     def save_interrupted(self, state: RunState) -> None:
         if self.writes:
             self.save_checkpoint(state)
-            self.save_model("model")
+            self.save_model("model", state)
             print(f"\ninterrupted at step {state.step} of {state.steps}: the encoder so far is in "
                   f"{self.out / 'model'}; continue with --resume", file=sys.stderr)
 
     def save_finished(self, state: RunState) -> None:
         state.done = True  # progress.json says so: a finished stage of a two-stage run is not redone
         self.save_checkpoint(state)
-        self.save_model("model")
+        self.save_model("model", state)
         if self.writes and state.step < state.steps:
             print(f"stopped early at step {state.step}: no better dev score in {self.settings.patience} evaluations")
 

@@ -10,7 +10,9 @@ Read top to bottom:
   2. the training pairs                  DenoisingDataset: (damaged, original) token ids
   3. the decoder (§3.2, app. A)          DecoderLayer, TSDAEDecoder: tied to the encoder, sees only the vector
   4. the loss (§3.1)                     TSDAELoss: -log P(original | vector), token by token
-  5. the command line                    python tsdae.py --corpus sentences.txt
+  5. what the vector remembers (§3.2)    greedy_decode, beam_decode: rebuild a sentence from its vector
+                                         (examples/reconstruct.py); save_decoder, load_decoder
+  6. the command line                    python tsdae.py --corpus sentences.txt
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
+import checkpoint
 import cli
 import data
 import distributed
@@ -258,7 +261,75 @@ class TSDAELoss(nn.Module):
 
 
 # ----------------------------------------------------------------------------
-# 5. The command line
+# 5. What the vector remembers: the decoder rebuilds a sentence from it alone (§3.2)
+
+
+@torch.no_grad()
+def greedy_decode(decoder: TSDAEDecoder, sentence_vec: torch.Tensor, start_id: int, end_id: int,
+                  max_length: int) -> list[int]:
+    """The decoder's most likely next token, again and again, from the start token until the end token:
+    x_t = argmax P(x_t | x_<t, s). sentence_vec: (1, d), the only thing the decoder sees of the sentence."""
+    ids = [start_id]
+    while len(ids) < max_length and ids[-1] != end_id:
+        logits = decoder.logits(decoder(torch.tensor([ids], device=sentence_vec.device), sentence_vec))  # (1, t, V)
+        ids.append(int(logits[0, -1].argmax()))
+    return ids
+
+
+@torch.no_grad()
+def beam_decode(decoder: TSDAEDecoder, sentence_vec: torch.Tensor, start_id: int, end_id: int, max_length: int,
+                beam: int) -> list[int]:
+    """Beam search: keep the `beam` most likely beginnings (sum of log P), extend each by its `beam` most likely
+    next tokens, keep the best `beam` again; the finished sequence with the best log P per token wins."""
+    beams, finished = [([start_id], 0.0)], []
+    while beams and len(beams[0][0]) < max_length:
+        ids = torch.tensor([seq for seq, _ in beams], device=sentence_vec.device)  # (k, t)
+        log_p = decoder.logits(decoder(ids, sentence_vec.expand(len(beams), -1)))[:, -1].log_softmax(-1)  # (k, V)
+        top = log_p.topk(beam, dim=-1)
+        grown = sorted(((seq + [int(t)], score + float(lp)) for (seq, score), lps, ts in zip(beams, *top)
+                        for lp, t in zip(lps, ts)), key=lambda b: -b[1])[:beam]
+        finished += [b for b in grown if b[0][-1] == end_id]
+        beams = [b for b in grown if b[0][-1] != end_id]
+    return max(finished + beams, key=lambda b: b[1] / len(b[0]))[0]
+
+
+# The run folder's decoder/, beside model/ (the encoder): what the decoder has of its own.
+#   decoder.safetensors  its parameters not tied to the encoder, by TSDAEDecoder's names: layers.N.cross_attn.*,
+#                        layers.N.cross_attn_norm.*, lm_head.* (all of them with --untie)
+#   decoder.json         {"tie", "normalisation", "base_model", "seed", "noise", "noise_ratio"}: how it was made
+
+
+def save_decoder(objective: TSDAELoss, folder: Path, settings: dict) -> None:
+    encoder = {id(p) for n, p in objective.encoder.bert.named_parameters() if not n.startswith("mlm_head.")}
+    own = {n: p for n, p in objective.decoder.named_parameters() if id(p) not in encoder}
+    with checkpoint.atomic_dir(folder) as tmp:
+        checkpoint.write_safetensors(own, tmp / "decoder.safetensors")
+        checkpoint.write_json(tmp / "decoder.json", settings)
+
+
+def load_decoder(run: Path) -> tuple[TSDAELoss, dict]:
+    """A trained run's encoder (run/model) and decoder (run/decoder), and the decoder's settings."""
+    settings = checkpoint.read_json(run / "decoder" / "decoder.json",
+                                    missing=f"{run} holds no decoder/ (a run of tsdae.py from before it kept one?)")
+    objective = TSDAELoss(SentenceEncoder.from_pretrained(run / "model"), tie=settings["tie"],
+                          normalisation=settings["normalisation"])
+    state = checkpoint.read_safetensors(run / "decoder" / "decoder.safetensors")
+    own = {n: p for n, p in objective.decoder.named_parameters() if n in state}
+    checkpoint.copy_weights(own, state, run / "decoder")  # also: every saved tensor found its parameter
+    return objective.eval(), settings
+
+
+def reconstruct(objective: TSDAELoss, damaged: list[int], beam: int = 1) -> list[int]:
+    """Encode the damaged token ids into one vector, and decode a sentence from that vector alone."""
+    sentence_vec = objective.encoder(torch.tensor([damaged]), torch.ones(1, len(damaged), dtype=torch.long))  # (1, d)
+    start, end, length = damaged[0], damaged[-1], objective.encoder.max_length
+    if beam > 1:
+        return beam_decode(objective.decoder, sentence_vec, start, end, length, beam)
+    return greedy_decode(objective.decoder, sentence_vec, start, end, length)
+
+
+# ----------------------------------------------------------------------------
+# 6. The command line
 
 
 def make_loader(sentences: list[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
@@ -326,18 +397,23 @@ def main(argv: list[str] | None = None) -> int:
     cli.check_out_folder(out, args.resume, args.overwrite)
     rank, world = distributed.init()
     torch.manual_seed(args.seed)
-    encoder = SentenceEncoder.from_pretrained(args.model or default_model_path(), pooling=args.pooling,
-                                              max_length=args.max_length)
-    objective = TSDAELoss(encoder, tie=not args.untie, normalisation=args.loss_normalisation)
-    if not args.plain:
-        objective = fast.speed_up_tsdae(objective, device)  # the same parameters and numbers, computed faster
+    base_model = args.model or default_model_path()
+    encoder = SentenceEncoder.from_pretrained(base_model, pooling=args.pooling, max_length=args.max_length)
+    plain = TSDAELoss(encoder, tie=not args.untie, normalisation=args.loss_normalisation)
+    # the same parameters and numbers, computed faster
+    objective = plain if args.plain else fast.speed_up_tsdae(plain, device)
     distributed.tsdae_over_global_batch(objective)  # under torchrun: the mean over every process's tokens
     loader = make_loader(sentences, encoder, args, device, rank, world)
     steps = args.steps or args.epochs * len(loader.batch_sampler)
-    eval_fn = (lambda enc: evaluate.dev_score(enc, args.eval_task, args.eval_data)) if args.eval_data else None
-    settings = train.TrainSettings(out=out, steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every,
-                                   eval_every=args.eval_every, eval_fn=eval_fn, keep_best=eval_fn is not None,
-                                   resume=args.resume)
+    decoder = {"tie": not args.untie, "normalisation": args.loss_normalisation, "base_model": str(base_model),
+               "seed": args.seed, "noise": args.noise, "noise_ratio": args.noise_ratio}
+    settings = train.TrainSettings(
+        out=out, steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every, resume=args.resume,
+        eval_every=args.eval_every, eval_fn=evaluate.dev_fn(args.eval_task, args.eval_data),
+        keep_best=bool(args.eval_data),
+        log_fn=evaluate.alignment_fn(args.eval_data) if args.log_alignment and args.eval_data else None,
+        card=cli.model_card("TSDAE", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr),
+        save_with_model=lambda run: save_decoder(plain, run / "decoder", decoder))  # for examples/reconstruct.py
     if rank == 0:
         print(f"TSDAE: {len(sentences)} sentences, {steps} steps of {args.batch_size} on {world} x {device}"
               f"{' (plain path)' if args.plain else ''}; saving to {out}")

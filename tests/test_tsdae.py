@@ -375,3 +375,64 @@ def test_default_batches_are_a_uniform_shuffle_and_bucketing_is_opt_in(tiny_mode
     spreads["random"] = mean_spread([b.tolist() for b in shuffled])
     assert abs(spreads["default"] - spreads["random"]) < 0.1 * spreads["random"], spreads
     assert spreads["bucketing"] < 0.25 * spreads["default"], spreads
+
+
+# ---------------------------------------------------------------- what the vector remembers; the model card
+
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory, tiny_model_dir) -> Path:
+    """A tiny TSDAE trained to copy (no noise) three short sentences, with --eval-data for a dev score."""
+    folder = tmp_path_factory.mktemp("copy")
+    corpus = folder / "corpus.txt"
+    corpus.write_text("the cat sat on the mat\nbees carry pollen\nthe library opens at nine\n", encoding="utf-8")
+    tsdae.main(["--corpus", str(corpus), "--model", str(tiny_model_dir), "--out", str(folder / "run"),
+                "--steps", "200", "--batch-size", "3", "--lr", "5e-3", "--noise-ratio", "0", "--save-every", "0",
+                "--device", "cpu"])
+    return folder / "run"
+
+
+def test_the_decoder_is_kept_and_greedy_decoding_rebuilds_a_copied_sentence(copy_run, tiny_model_dir):
+    objective, settings = tsdae.load_decoder(copy_run)
+    assert settings["tie"] and settings["base_model"] == str(tiny_model_dir) and settings["noise_ratio"] == 0
+    saved = torch.load(copy_run / "checkpoint" / "training_state.pt", weights_only=True)["objective"]
+    for name, p in objective.decoder.named_parameters():  # the decoder reloads as it was trained
+        if ".cross_attn.q." not in name and ".cross_attn.k." not in name:  # fast path: no Q, K (never trained)
+            torch.testing.assert_close(p, saved[f"decoder.{name}"], msg=name)
+    tokenizer = objective.encoder.tokenizer
+    for sentence in ("the cat sat on the mat", "bees carry pollen"):
+        ids = data.tokenize(tokenizer, [sentence], 64)[0]
+        assert tokenizer.decode(tsdae.reconstruct(objective, ids)) == sentence
+        assert tokenizer.decode(tsdae.reconstruct(objective, ids, beam=3)) == sentence
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / "reconstruct.py"), str(copy_run), "-n", "2"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    blocks = [dict(line.split(None, 1) for line in block.splitlines()) for block in result.stdout.strip().split("\n\n")]
+    assert len(blocks) == 2 and all(b["trained"] == b["original"] and "untrained" in b for b in blocks), result.stdout
+
+
+def test_every_saved_model_has_a_model_card(copy_run, tiny_model_dir, data_dir, tmp_path):
+    """README.md in the Hub's format: YAML front matter that parses, then the method, the base model, the corpus,
+    the settings and the command; sentence-transformers still loads the folder as it did."""
+    import yaml
+    from sentence_transformers import SentenceTransformer
+
+    text = (copy_run / "model" / "README.md").read_text(encoding="utf-8")
+    _, header, body = text.split("---\n", 2)
+    meta = yaml.safe_load(header)
+    assert meta["library_name"] == "sentence-transformers" and meta["pipeline_tag"] == "sentence-similarity"
+    assert "tsdae" in meta["tags"]
+    for expected in ("arXiv:2104.06979", str(tiny_model_dir), "3 lines, SHA-256", "| steps | 200 |", "| --lr | 0.005 |",
+                     "| --noise-ratio | 0.0 |", "python ", "SentenceEncoder.from_pretrained", "SentenceTransformer("):
+        assert expected in body, expected
+    sentences = ["the cat sat on the mat", "a dog"]
+    ours = SentenceEncoder.from_pretrained(copy_run / "model").encode(sentences)
+    theirs = SentenceTransformer(str(copy_run / "model"), device="cpu").encode(sentences, convert_to_tensor=True)
+    assert F.cosine_similarity(ours, theirs).min() >= 0.99999
+    out = tmp_path / "run"  # with an evaluation: best/ has a card with its dev score; --log-alignment logs both
+    tsdae.main(["--corpus", str(copy_run.parent / "corpus.txt"), "--model", str(tiny_model_dir), "--out", str(out),
+                "--steps", "2", "--batch-size", "3", "--save-every", "0", "--device", "cpu", "--eval-data",
+                str(data_dir), "--eval-every", "1", "--log-alignment"])
+    record = json.loads((out / "log.jsonl").read_text().splitlines()[0])
+    assert {"eval", "alignment", "uniformity"} <= set(record)
+    assert "stsb-dev" in (out / "best" / "README.md").read_text(encoding="utf-8")

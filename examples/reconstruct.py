@@ -1,0 +1,71 @@
+"""What does TSDAE's sentence vector remember? Damage a sentence as training did, encode it into ONE vector, and let
+the decoder rebuild the sentence from that vector alone (arXiv:2104.06979 §3.2): once with the trained run, once
+with the run's untrained starting point (the same base model, the decoder as it was at step 0), side by side.
+
+    python examples/reconstruct.py runs/tsdae-topics                       # 5 sentences of the run's corpus
+    python examples/reconstruct.py runs/tsdae-topics "the cat sat on the mat" --beam 4
+    python examples/reconstruct.py runs/tsdae-topics --corpus examples/topics.txt -n 8 --seed 3
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+import cli  # noqa: E402
+import data  # noqa: E402
+import tsdae  # noqa: E402
+from model import SentenceEncoder  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=cli.HelpFormatter)
+    p.add_argument("run", type=Path, help="a run folder of tsdae.py (it holds model/ and decoder/)")
+    p.add_argument("sentences", nargs="*", help="sentences to damage and rebuild (default: -n of --corpus)")
+    p.add_argument("--corpus", help="take the sentences from this file (default: the run's corpus, from its card)")
+    p.add_argument("-n", type=int, default=5, help="how many sentences of the corpus, spread over it")
+    p.add_argument("--beam", type=int, default=1, help="beam width (1: greedy decoding)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the damage (deletion as in training)")
+    p.add_argument("--no-untrained", action="store_true", help="leave out the untrained starting point")
+    args = p.parse_args(argv)
+    cli.check_arguments(p, args, at_least_one=("n", "beam"))
+    torch.set_grad_enabled(False)
+    trained, settings = tsdae.load_decoder(args.run)
+    sentences = args.sentences or spread(data.read_corpus(args.corpus or corpus_of(args.run)), args.n)
+    systems = {"trained": trained}
+    if not args.no_untrained:  # as tsdae.py built it at step 0: the same seed, then the base model, then the decoder
+        torch.manual_seed(settings["seed"])
+        base = SentenceEncoder.from_pretrained(settings["base_model"], pooling=trained.encoder.pooling,
+                                               max_length=trained.encoder.max_length)
+        systems["untrained"] = tsdae.TSDAELoss(base, tie=settings["tie"]).eval()
+    tokenizer = trained.encoder.tokenizer
+    damage = tsdae.DenoisingDataset(sentences, tokenizer, trained.encoder.max_length, noise=settings["noise"],
+                                    ratio=settings["noise_ratio"], seed=args.seed)
+    for i, sentence in enumerate(sentences):
+        damaged, _ = damage[(0, i)]
+        print(f"\noriginal   {sentence}\ndamaged    {tokenizer.decode(damaged)}")
+        for name, objective in systems.items():
+            print(f"{name:<10} {tokenizer.decode(tsdae.reconstruct(objective, damaged, args.beam))}")
+    return 0
+
+
+def spread(sentences: list[str], n: int) -> list[str]:
+    """n sentences spread over the list (a fixed pick: every len/n-th)."""
+    step = max(1, len(sentences) // n)
+    return sentences[step // 2 :: step][:n]
+
+
+def corpus_of(run: Path) -> str:
+    """The corpus the run trained on, as its command line gave it (the model card's non-default settings)."""
+    card = (run / "model" / "README.md").read_text(encoding="utf-8") if (run / "model" / "README.md").exists() else ""
+    for line in card.splitlines():
+        if line.startswith("| --corpus |"):
+            return line.split("|")[2].strip()
+    raise data.CorpusError(f"{run}: no corpus named in model/README.md; give sentences or --corpus")
+
+
+if __name__ == "__main__":
+    cli.run(main)
