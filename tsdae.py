@@ -319,10 +319,11 @@ def load_decoder(run: Path) -> tuple[TSDAELoss, dict]:
     return objective.eval(), settings
 
 
-def reconstruct(objective: TSDAELoss, damaged: list[int], beam: int = 1) -> list[int]:
-    """Encode the damaged token ids into one vector, and decode a sentence from that vector alone."""
+def reconstruct(objective: TSDAELoss, damaged: list[int], beam: int = 1, max_length: int | None = None) -> list[int]:
+    """Encode the damaged token ids into one vector, and decode a sentence from that vector alone (at most
+    max_length tokens, default the encoder's)."""
     sentence_vec = objective.encoder(torch.tensor([damaged]), torch.ones(1, len(damaged), dtype=torch.long))  # (1, d)
-    start, end, length = damaged[0], damaged[-1], objective.encoder.max_length
+    start, end, length = damaged[0], damaged[-1], max_length or objective.encoder.max_length
     if beam > 1:
         return beam_decode(objective.decoder, sentence_vec, start, end, length, beam)
     return greedy_decode(objective.decoder, sentence_vec, start, end, length)

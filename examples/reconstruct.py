@@ -29,9 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", type=int, default=5, help="how many sentences of the corpus, spread over it")
     p.add_argument("--beam", type=int, default=1, help="beam width (1: greedy decoding)")
     p.add_argument("--seed", type=int, default=0, help="seed of the damage (deletion as in training)")
+    p.add_argument("--max-tokens", type=int, default=40, help="decode at most this many tokens")
     p.add_argument("--no-untrained", action="store_true", help="leave out the untrained starting point")
     args = p.parse_args(argv)
-    cli.check_arguments(p, args, at_least_one=("n", "beam"))
+    cli.check_arguments(p, args, at_least_one=("n", "beam", "max_tokens"))
     torch.set_grad_enabled(False)
     trained, settings = tsdae.load_decoder(args.run)
     sentences = args.sentences or spread(data.read_corpus(args.corpus or corpus_of(args.run)), args.n)
@@ -48,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         damaged, _ = damage[(0, i)]
         print(f"\noriginal   {sentence}\ndamaged    {tokenizer.decode(damaged)}")
         for name, objective in systems.items():
-            print(f"{name:<10} {tokenizer.decode(tsdae.reconstruct(objective, damaged, args.beam))}")
+            rebuilt = tsdae.reconstruct(objective, damaged, args.beam, args.max_tokens)
+            print(f"{name:<10} {tokenizer.decode(rebuilt)}{'' if rebuilt[-1] == damaged[-1] else ' ...'}")
     return 0
 
 

@@ -12,21 +12,10 @@ import pytest
 import torch
 
 import evaluate as ev
+from test_evaluate import HashEncoder  # a fixed pseudo-random 8-d vector per text
 
 ROOT = Path(__file__).resolve().parent.parent
 SPLITS = ["valid", "test"]
-
-
-class HashEncoder:
-    """A fixed pseudo-random 8-d vector per text: continuous cosines, ties only between identical texts."""
-
-    def __init__(self):
-        self.encoded: list[str] = []
-
-    def encode(self, sentences, batch_size=64, show_progress=False):
-        self.encoded.extend(sentences)
-        rows = [np.random.default_rng(zlib.crc32(s.encode())).standard_normal(8) for s in sentences]
-        return torch.tensor(np.array(rows), dtype=torch.float32)
 
 
 class GridEncoder(HashEncoder):
