@@ -296,7 +296,8 @@ def beam_decode(decoder: TSDAEDecoder, sentence_vec: torch.Tensor, start_id: int
 # The run folder's decoder/, beside model/ (the encoder): what the decoder has of its own.
 #   decoder.safetensors  its parameters not tied to the encoder, by TSDAEDecoder's names: layers.N.cross_attn.*,
 #                        layers.N.cross_attn_norm.*, lm_head.* (all of them with --untie)
-#   decoder.json         {"tie", "normalisation", "base_model", "seed", "noise", "noise_ratio"}: how it was made
+#   decoder.json         {"tie", "normalisation", "base_model", "seed", "noise", "noise_ratio", "corpus"}: how it
+#                        was made
 
 
 def save_decoder(objective: TSDAELoss, folder: Path, settings: dict) -> None:
@@ -407,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     loader = make_loader(sentences, encoder, args, device, rank, world)
     steps = args.steps or args.epochs * len(loader.batch_sampler)
     decoder = {"tie": not args.untie, "normalisation": args.loss_normalisation, "base_model": str(base_model),
-               "seed": args.seed, "noise": args.noise, "noise_ratio": args.noise_ratio}
+               "seed": args.seed, "noise": args.noise, "noise_ratio": args.noise_ratio, "corpus": str(args.corpus)}
     settings = train.TrainSettings(
         out=out, steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every, resume=args.resume,
         eval_every=args.eval_every, eval_fn=evaluate.dev_fn(args.eval_task, args.eval_data),

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=cli.HelpFormatter)
     p.add_argument("run", type=Path, help="a run folder of tsdae.py (it holds model/ and decoder/)")
     p.add_argument("sentences", nargs="*", help="sentences to damage and rebuild (default: -n of --corpus)")
-    p.add_argument("--corpus", help="take the sentences from this file (default: the run's corpus, from its card)")
+    p.add_argument("--corpus", help="take the sentences from this file (default: the run's corpus)")
     p.add_argument("-n", type=int, default=5, help="how many sentences of the corpus, spread over it")
     p.add_argument("--beam", type=int, default=1, help="beam width (1: greedy decoding)")
     p.add_argument("--seed", type=int, default=0, help="seed of the damage (deletion as in training)")
@@ -35,7 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     cli.check_arguments(p, args, at_least_one=("n", "beam", "max_tokens"))
     torch.set_grad_enabled(False)
     trained, settings = tsdae.load_decoder(args.run)
-    sentences = args.sentences or spread(data.read_corpus(args.corpus or corpus_of(args.run)), args.n)
+    corpus = args.corpus or settings.get("corpus")
+    if not args.sentences and not corpus:
+        raise data.CorpusError(f"{args.run}: its decoder/decoder.json names no corpus; give sentences or --corpus")
+    sentences = args.sentences or spread(data.read_corpus(corpus), args.n)
     systems = {"trained": trained}
     if not args.no_untrained:  # as tsdae.py built it at step 0: the same seed, then the base model, then the decoder
         torch.manual_seed(settings["seed"])
@@ -58,15 +61,6 @@ def spread(sentences: list[str], n: int) -> list[str]:
     """n sentences spread over the list (a fixed pick: every len/n-th)."""
     step = max(1, len(sentences) // n)
     return sentences[step // 2 :: step][:n]
-
-
-def corpus_of(run: Path) -> str:
-    """The corpus the run trained on, as its command line gave it (the model card's non-default settings)."""
-    card = (run / "model" / "README.md").read_text(encoding="utf-8") if (run / "model" / "README.md").exists() else ""
-    for line in card.splitlines():
-        if line.startswith("| --corpus |"):
-            return line.split("|")[2].strip()
-    raise data.CorpusError(f"{run}: no corpus named in model/README.md; give sentences or --corpus")
 
 
 if __name__ == "__main__":
