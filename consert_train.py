@@ -231,8 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     device = cli.device(args.device)
     # read every input first: bad input stops the run before any model is loaded or any file is written
-    if args.eval_data and (problem := evaluate.dev_task_problem(args.eval_task, args.eval_data)):
-        raise data.CorpusError(f"--eval-task {args.eval_task}: {problem}")
+    evaluate.check_dev_task(args.eval_task, args.eval_data)
     plan = stages(args)  # e.g. joint-unsup: joint on NLI, then contrastive on the corpus
     nli = data.read_nli(args.nli, args.bad_lines) if plan[0].kind != "unsup" else None
     corpus = None

@@ -41,7 +41,7 @@ from scipy.stats import spearmanr
 import cli
 import fast
 from checkpoint import ModelLoadError, default_model_path
-from data import STS_SUBSETS, load_sick, load_stsb, load_sts_year, progress, read_lines
+from data import STS_SUBSETS, CorpusError, load_sick, load_stsb, load_sts_year, progress, read_lines
 from model import SentenceEncoder
 
 HERE = Path(__file__).resolve().parent
@@ -777,15 +777,21 @@ def alignment_fn(data_dir: str | Path):
     return lambda encoder: alignment_uniformity(encoder, pairs)
 
 
-def dev_task_problem(task: str, data_dir: str | Path) -> str | None:
-    """Why `task` cannot score dev data in data_dir (one line), or None."""
+def check_dev_task(task: str, data_dir: str | Path | None) -> None:
+    """The training scripts' check of --eval-task before anything is loaded: a one-line CorpusError when `task`
+    cannot score dev data in data_dir (nothing to check without data_dir)."""
+    if data_dir is None:
+        return
     try:
         names = parse_tasks([task])
     except ValueError as e:
-        return str(e)
+        raise CorpusError(f"--eval-task {task}: {e}") from None
     if names == ["all"]:
-        return "all is many tasks; give one (stsb-dev, useb-askubuntu, useb, rerank:PATH, ...)"
-    return next(filter(None, (missing_file(t, Path(data_dir)) for t in (USEB_TASKS if task == "useb" else names))), None)
+        raise CorpusError("--eval-task all: give one task (stsb-dev, useb-askubuntu, useb, rerank:PATH, ...)")
+    problem = next(filter(None, (missing_file(t, Path(data_dir)) for t in (USEB_TASKS if task == "useb" else names))),
+                   None)
+    if problem:
+        raise CorpusError(f"--eval-task {task}: {problem}")
 
 
 def stsb_dev_spearman(encoder, data_dir: str | Path | None = None, batch_size: int = 64) -> float:

@@ -393,8 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     device = cli.device(args.device)
-    if args.eval_data and (problem := evaluate.dev_task_problem(args.eval_task, args.eval_data)):
-        raise data.CorpusError(f"--eval-task {args.eval_task}: {problem}")
+    evaluate.check_dev_task(args.eval_task, args.eval_data)
     sentences = data.read_corpus(args.corpus, args.bad_lines)
     cli.check_out_folder(out, args.resume, args.overwrite)
     rank, world = distributed.init()
