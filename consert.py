@@ -17,7 +17,6 @@ The experiment (the official settings of each strategy, stage by stage, the comm
 """
 from __future__ import annotations
 
-import runpy
 from dataclasses import dataclass
 
 import torch
@@ -298,5 +297,7 @@ class ConSERTLoss(nn.Module):
         return supervised + self.cl_weight * contrastive
 
 
-if __name__ == "__main__":  # python consert.py: the experiment around this method, in consert_train.py
-    runpy.run_module("consert_train", run_name="__main__")
+if __name__ == "__main__":  # python consert.py --corpus ...: the experiment around this method, consert_train.py
+    import cli
+    import consert_train
+    cli.run(consert_train.main)

@@ -1,26 +1,24 @@
-"""Every speed-up of this repository, each a drop-in replacement of one named plain piece.
+"""Every speed-up of this repository, each a drop-in replacement of one named piece of the plain code.
 
-The plain code (model.py, tsdae.py, consert.py) is the one to learn from. The command lines run the pieces
-below by default; `--plain` runs the plain code. tests/test_fast.py shows that each piece gives the numbers
-of the plain one it replaces, on the real MiniLM weights. `python bench/ab.py` measures what each one buys:
-it alternates versions step by step in one process, each version leaving one piece out (figures: 2-core
-CPU, MiniLM, batch 8, tsdae.py's random batches; 40 steps; the median per-step time with the piece / without
-it; bench/README.md has the figures and why one piece shows only between processes).
+The plain code (model.py, tsdae.py, consert.py) is the one to learn from, and it is what runs: the command lines
+build the plain objective and hand it to an entry point below, which swaps some of its pieces for these (`--plain`
+swaps none). The method itself (TSDAELoss.forward, ConSERTLoss, every layer's forward) is never restated here.
+tests/test_fast.py shows that each piece gives the numbers of the plain one it replaces, on the real MiniLM
+weights; bench/ab.py measures what each one buys (figures in bench/README.md).
 
-  piece                     replaces                                 what it saves                    step time
-  PackedBert                model.Bert                               the encoder's work on padding    TSDAE x0.98,
-                                                                                                      encode x0.96
-  SentenceVectorAttention   a TSDAE decoder layer's cross_attn       Q, K; V and out at every token   TSDAE x0.98
-  LabelOnlyTSDAELoss        tsdae.TSDAELoss                          the decoder and LM head at       TSDAE x0.70
-   (VocabularyCrossEntropy,                                          padding, 3 of 4 vocabulary-sized
-   GradientLast, SparseGradLookup,                                   tensors, 47 MB of fresh memory
-   gradient_memory)                                                  a step
-  FusedAttention            model.MultiHeadAttention (CUDA only)     one fused kernel per attention   not measured (no GPU)
-All together, TSDAE step x0.65 against the plain path; 2.07x sentence-transformers' sentences/s (bench/bench.py).
+  piece                     replaces                                    what it saves
+  PackedBert                model.Bert.run_layers                       the encoder layers' work on padding
+   (PackedAttention)         each layer's attention, on packed rows
+  PackedDecoder.forward     tsdae.TSDAEDecoder.forward (with `keep`)    the decoder's work where there is no label
+   (SentenceVectorAttention) a decoder layer's cross_attn               Q, K, and V and out at every token
+  PackedDecoder.neg_log_likelihood                                      3 of 4 vocabulary-sized (T, V) tensors;
+   (VocabularyCrossEntropy,  tsdae.TSDAEDecoder.neg_log_likelihood      the (V, d) zero-fills of E's gradient
+    SparseGradLookup)                                                   and fresh memory for it every step
+  FusedAttention            model.MultiHeadAttention.attend (CUDA)      one fused kernel per attention
 
-The entry points speed_up_encoder, speed_up_tsdae and speed_up_consert each RETURN a new object that shares
-every Parameter with the plain one given, and never change the plain one. One speed-up stays in the plain code
-as an argument of a PyTorch call: the fused AdamW kernel (train.make_optimizer).
+The entry points speed_up_encoder, speed_up_tsdae and speed_up_consert each RETURN a new object of the same class
+that shares every Parameter with the plain one given, and never change the plain one. One speed-up stays in the
+plain code as an argument of a PyTorch call: the fused AdamW kernel (train.make_optimizer).
 """
 from __future__ import annotations
 
@@ -34,6 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import model
+import tsdae
 
 # ----------------------------------------------------------------------------
 # Putting the pieces in
@@ -41,25 +40,24 @@ import model
 
 def speed_up_encoder(encoder: model.SentenceEncoder, device: torch.device) -> model.SentenceEncoder:
     """The encoder with PackedBert (and FusedAttention on CUDA). For `encode` and ConSERT."""
-    return replaced(encoder, bert=fast_bert(encoder.bert, device))
+    return replaced(encoder, bert=PackedBert.of(encoder.bert, device))
 
 
-def speed_up_tsdae(objective: nn.Module, device: torch.device) -> LabelOnlyTSDAELoss:
-    """The fast version of a tsdae.TSDAELoss."""
-    return LabelOnlyTSDAELoss(objective, device)
+def speed_up_tsdae(objective: tsdae.TSDAELoss, device: torch.device) -> tsdae.TSDAELoss:
+    """A tsdae.TSDAELoss (its forward is the plain one) whose encoder is a PackedBert and whose decoder is a
+    PackedDecoder; both look words up with SparseGradLookup (tied: one lookup module, as one embedding module)."""
+    bert, decoder = objective.encoder.bert, objective.decoder
+    sparse = lambda embeddings: replaced(embeddings, word=SparseGradLookup(embeddings.word))
+    encoder_embeddings = sparse(bert.embeddings)
+    decoder_embeddings = encoder_embeddings if decoder.embeddings is bert.embeddings else sparse(decoder.embeddings)
+    encoder = replaced(objective.encoder, bert=PackedBert.of(replaced(bert, embeddings=encoder_embeddings), device))
+    return replaced(objective, encoder=encoder, decoder=PackedDecoder.of(decoder, decoder_embeddings, device))
 
 
 def speed_up_consert(objective: nn.Module, device: torch.device) -> nn.Module:
     """A consert.ConSERTLoss whose encoder runs PackedBert (for batches that hold padding: consert_train.py
     leaves it out with --bucketing)."""
     return replaced(objective, encoder=speed_up_encoder(objective.encoder, device))
-
-
-def fast_bert(bert: model.Bert, device: torch.device) -> PackedBert:
-    if device.type == "cuda":  # on CPU the plain formula is faster at sentence lengths (see FusedAttention)
-        bert = replaced(bert, layers=nn.ModuleList([replaced(layer, attn=FusedAttention(layer.attn))
-                                                   for layer in bert.layers]))
-    return PackedBert(bert)
 
 
 def replaced(module: nn.Module, **children: nn.Module) -> nn.Module:
@@ -70,78 +68,89 @@ def replaced(module: nn.Module, **children: nn.Module) -> nn.Module:
     return new
 
 
+def running(module: nn.Module, cls: type, **children: nn.Module) -> nn.Module:
+    """replaced(module, **children), run by `cls` (a subclass of module's class that changes how, not what)."""
+    new = replaced(module, **children)
+    new.__class__ = cls
+    return new
+
+
+def attention_class(device: torch.device) -> type:
+    """The attention of packed rows: the plain formula on CPU, where it was faster at sentence lengths (see
+    FusedAttention), the fused kernel on CUDA."""
+    return PackedFusedAttention if device.type == "cuda" else PackedAttention
+
+
 # ----------------------------------------------------------------------------
-# Packing: the encoder computes the real tokens only
+# Packing: the layers compute the real tokens only
 
 
 @dataclass
 class Packing:
-    """Where the N real tokens of a padded (B, L) batch sit. Every layer but attention works on one position
-    at a time, so those layers can run on the real tokens alone, packed into (N, d)."""
+    """Where the N kept tokens of a padded (B, L) batch sit. Every piece of a layer but attention works on one
+    position at a time, so a layer can run on the kept tokens alone, packed into rows (N, d)."""
 
-    index: torch.Tensor  # (N,) flat positions b * L + t of the real tokens
+    index: torch.Tensor  # (N,) flat positions b * L + t of the kept tokens
     B: int
     L: int
 
     @classmethod
-    def of(cls, attention_mask: torch.Tensor) -> Packing:
-        B, L = attention_mask.shape
-        return cls(attention_mask.reshape(-1).nonzero().squeeze(1), B, L)
+    def of(cls, keep: torch.Tensor) -> Packing:
+        B, L = keep.shape
+        return cls(keep.reshape(-1).nonzero().squeeze(1), B, L)
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         return x.reshape(self.B * self.L, -1).index_select(0, self.index)  # (B, L, d) -> (N, d)
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
-        padded = x.new_zeros(self.B * self.L, x.shape[-1]).index_copy(0, self.index, x)  # zeros at padding
+        padded = x.new_zeros(self.B * self.L, x.shape[-1]).index_copy(0, self.index, x)  # zeros elsewhere
         return padded.view(self.B, self.L, -1)  # (N, d) -> (B, L, d)
 
 
-class PackedBert(nn.Module):
-    """Replaces model.Bert (built from one: the very same embeddings and layers, not copies).
+@dataclass
+class PackedMask:
+    """What a layer passes to its attention as `mask` on packed rows: the plain mask, and where the rows sit."""
 
-    Equal: the projections, feed-forward blocks, LayerNorms and residuals act on each position alone, so
-    computing them on the packed real tokens gives the same real-token states; only attention needs the
-    sentences, so q, k and v are laid out as (B, L, d) for it. Real-token states equal model.Bert's; padding
-    states are 0 (model.Bert's are meaningless there; pooling skips them).
-    Gain (bench/ab.py): TSDAE step x0.98, `encode` x0.96, ConSERT step on random batches x0.95; on length-bucketed
-    ConSERT batches, which hold almost no padding, x1.03 (slower) in the last session and x0.93 in this one:
-    consert_train.py still leaves it out there.
+    keys: torch.Tensor  # the plain path's mask: (B, 1, 1, L) padding or (L, L) causal, True = may attend
+    packing: Packing
+
+
+class PackedAttention(model.MultiHeadAttention):
+    """model.MultiHeadAttention on packed rows (N, d): the projections act on the rows; for the formula, q, k and v
+    are laid out as (B, L, d) (zeros where no row is), then the result is packed again. Equal: the kept positions
+    see the same keys as in the plain layout (padding is masked; a causal prefix holds every earlier position)."""
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: PackedMask) -> torch.Tensor:
+        p = mask.packing
+        return p.pack(super().attend(p.unpack(q), p.unpack(k), p.unpack(v), mask.keys))  # (N, d)
+
+
+class PackedBert(model.Bert):
+    """Replaces model.Bert.run_layers (the same embeddings and layers, not copies).
+
+    Equal: the projections, feed-forward blocks, LayerNorms and residuals act on each position alone, so the plain
+    EncoderLayer.forward on the packed real tokens gives the same real-token states; its attention is a
+    PackedAttention. Padding states are 0 (model.Bert's are meaningless there; pooling skips them).
     """
 
-    def __init__(self, bert: model.Bert):
-        super().__init__()
-        self.cfg, self.embeddings, self.layers, self.mlm_head = bert.cfg, bert.embeddings, bert.layers, bert.mlm_head
-        self.train(bert.training)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None,
-                all_layers: bool = False) -> torch.Tensor | list[torch.Tensor]:
-        """The signature and results of model.Bert.forward."""
-        return self.run_layers(self.embed(input_ids, position_ids), attention_mask, all_layers)
-
-    def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        return self.embeddings(input_ids, position_ids)  # (B, L, d)
+    @classmethod
+    def of(cls, bert: model.Bert, device: torch.device) -> PackedBert:
+        attention = attention_class(device)
+        layers = nn.ModuleList([replaced(layer, attn=running(layer.attn, attention)) for layer in bert.layers])
+        return running(bert, cls, layers=layers)
 
     def run_layers(self, x: torch.Tensor, attention_mask: torch.Tensor,
                    all_layers: bool = False) -> torch.Tensor | list[torch.Tensor]:
         """model.Bert.run_layers on the real tokens only."""
-        mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L)
         packing = Packing.of(attention_mask)
+        mask = PackedMask(attention_mask.bool()[:, None, None, :], packing)  # (B, 1, 1, L)
         h = packing.pack(x)  # (N, d): the real tokens only
         states = [x]
         for layer in self.layers:
-            h = self.packed_layer(layer, h, mask, packing)
+            h = layer(h, mask)  # model.EncoderLayer.forward on the rows
             if all_layers:
                 states.append(packing.unpack(h))
         return states if all_layers else packing.unpack(h)  # (B, L, d), zeros at padding
-
-    @staticmethod
-    def packed_layer(layer: model.EncoderLayer, h: torch.Tensor, mask: torch.Tensor, packing: Packing) -> torch.Tensor:
-        """model.EncoderLayer.forward on packed rows h (N, d)."""
-        attn = layer.attn
-        q, k, v = packing.unpack(attn.q(h)), packing.unpack(attn.k(h)), packing.unpack(attn.v(h))  # (B, L, d)
-        a = attn.out(packing.pack(attn.attend(q, k, v, mask)))  # (N, d)
-        h = layer.attn_norm(h + layer.attn_dropout(a))
-        return layer.ffn_norm(h + layer.dropout(layer.ffn(h)))  # (N, d)
 
 
 # ----------------------------------------------------------------------------
@@ -149,39 +158,43 @@ class PackedBert(nn.Module):
 
 
 class FusedAttention(model.MultiHeadAttention):
-    """Replaces model.MultiHeadAttention (built from one: the same q, k, v, out). The same formula, run by
-    PyTorch as one fused kernel (F.scaled_dot_product_attention): on CUDA, flash or memory-efficient attention.
-    Used on CUDA only: on CPU the written-out formula was faster at sentence lengths (2.3x at 14 tokens, 1.1x at
-    60, timed alone on the 2-core CPU of bench/README.md). Its dropout draws other random numbers than the plain
-    formula's; in eval mode the results are equal (tests/test_fast.py)."""
-
-    def __init__(self, attn: model.MultiHeadAttention):
-        nn.Module.__init__(self)
-        self.n_heads, self.dropout_p, self.q, self.k, self.v, self.out = (
-            attn.n_heads, attn.dropout_p, attn.q, attn.k, attn.v, attn.out)
-        self.train(attn.training)
+    """Replaces model.MultiHeadAttention.attend: the same formula, run by PyTorch as one fused kernel
+    (F.scaled_dot_product_attention): on CUDA, flash or memory-efficient attention. Used on CUDA only: on CPU the
+    written-out formula was faster at sentence lengths (bench/README.md). Its dropout draws other random numbers
+    than the plain formula's; in eval mode the results are equal (tests/test_fast.py)."""
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        B, Lq, d = q.shape
-        split = lambda t: t.view(B, t.shape[1], self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, h, L, dh)
-        y = F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=mask,
-                                           dropout_p=self.dropout_p if self.training else 0.0)  # (B, h, Lq, dh)
-        return y.transpose(1, 2).reshape(B, Lq, d)
+        h = self.n_heads
+        y = F.scaled_dot_product_attention(model.split_heads(q, h), model.split_heads(k, h), model.split_heads(v, h),
+                                           attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
+        return model.merge_heads(y)  # (B, Lq, d)
+
+
+class PackedFusedAttention(PackedAttention, FusedAttention):
+    """PackedAttention whose formula is FusedAttention's kernel (CUDA)."""
 
 
 # ----------------------------------------------------------------------------
-# TSDAE's cross-attention over one vector
+# TSDAE's decoder at the label positions only
+
+
+@dataclass
+class RowMemory:
+    """What a packed decoder layer passes to its cross-attention as `memory`: the sentence vectors, and which
+    sentence each row belongs to."""
+
+    vectors: torch.Tensor  # (B, 1, d)
+    sentence: torch.Tensor  # (N,)
 
 
 class SentenceVectorAttention(nn.Module):
-    """Replaces a TSDAE decoder layer's `cross_attn` (model.MultiHeadAttention with a memory of length 1).
+    """Replaces a TSDAE decoder layer's `cross_attn` (model.MultiHeadAttention with a memory of length 1), on rows.
 
     Equal: over a single key, softmax(Q K^T / sqrt(dh)) = 1 whatever Q and K are, so every position of every
     head receives that head's value of the sentence vector s. The Q and K projections change nothing (their
     gradient is exactly 0) and are left out; V and the output projection run once per sentence, not per token.
     Attention dropout still drops each (position, head) weight, as in the plain version.
-    Built from the plain module: its v and out are the same Parameters. Gain: TSDAE step x0.98 (bench/ab.py, on the
-    plain loss).
+    Built from the plain module: its v and out are the same Parameters.
     """
 
     def __init__(self, attn: model.MultiHeadAttention):
@@ -189,17 +202,11 @@ class SentenceVectorAttention(nn.Module):
         self.n_heads, self.dropout_p, self.v, self.out = attn.n_heads, attn.dropout_p, attn.v, attn.out
         self.train(attn.training)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, memory: torch.Tensor | None = None) -> torch.Tensor:
-        B, L, d = x.shape  # x only sets the shape: the attention weights do not depend on the queries
-        assert memory is not None and memory.shape == (B, 1, d), "the memory is one vector per sentence"
-        # the attention probability (1) of each position and head, with BERT's dropout on probabilities
-        probs = F.dropout(x.new_ones(B, L, self.n_heads), self.dropout_p, self.training)  # (B, L, h)
-        return probs @ self.per_head(memory) + self.out.bias  # (B, L, d)
-
-    def on_rows(self, sentence: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        """The same for N packed positions, row n of sentence[n]: (N, d)."""
-        per_head = self.per_head(memory)[sentence]  # (N, h, d)
-        probs = F.dropout(per_head.new_ones(len(sentence), 1, self.n_heads), self.dropout_p, self.training)  # (N, 1, h)
+    def forward(self, x: torch.Tensor, mask: None = None, memory: RowMemory | None = None) -> torch.Tensor:
+        """x (N, d) rows (they only set the shape: the attention weights do not depend on the queries)."""
+        per_head = self.per_head(memory.vectors)[memory.sentence]  # (N, h, d)
+        # the attention probability (1) of each row and head, with BERT's dropout on probabilities
+        probs = F.dropout(x.new_ones(len(x), 1, self.n_heads), self.dropout_p, self.training)  # (N, 1, h)
         return (probs @ per_head).squeeze(1) + self.out.bias  # (N, d)
 
     def per_head(self, memory: torch.Tensor) -> torch.Tensor:
@@ -210,17 +217,64 @@ class SentenceVectorAttention(nn.Module):
         return torch.einsum("ehk,bhk->bhe", self.out.weight.view(d, h, d // h), value)  # (B, h, d)
 
 
-# ----------------------------------------------------------------------------
-# TSDAE's loss: the vocabulary projection without vocabulary-sized temporaries
+class PackedDecoder(tsdae.TSDAEDecoder):
+    """Replaces tsdae.TSDAEDecoder.forward and .neg_log_likelihood, the two pieces TSDAELoss.forward calls (the
+    same embeddings, layers and LM head; the layers' self-attention a PackedAttention, their cross-attention a
+    SentenceVectorAttention).
+
+    forward: the decoder on the kept (label) positions only, as PackedBert for the encoder: the plain
+        DecoderLayer.forward on packed rows. No later position of a sentence is kept, so (causal) none needs them.
+    neg_log_likelihood: VocabularyCrossEntropy, which writes E's gradient into memory kept from step to step.
+    """
+
+    @classmethod
+    def of(cls, decoder: tsdae.TSDAEDecoder, embeddings: nn.Module, device: torch.device) -> PackedDecoder:
+        attention = attention_class(device)
+        layers = nn.ModuleList([replaced(layer, self_attn=running(layer.self_attn, attention),
+                                         cross_attn=SentenceVectorAttention(layer.cross_attn))
+                                for layer in decoder.layers])
+        new = running(decoder, cls, embeddings=embeddings, layers=layers)
+        new.kept = None  # the memory of E's gradient (gradient_memory)
+        return new
+
+    def forward(self, input_ids: torch.Tensor, sentence_vec: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """The rows (T, d) of tsdae.TSDAEDecoder.forward(input_ids, sentence_vec, keep)."""
+        B, L = input_ids.shape
+        packing = Packing.of(keep)
+        positions = (packing.index % L)[None, :]  # (1, T): each token's position in its sentence
+        x = self.embeddings(input_ids.reshape(1, -1)[:, packing.index], positions)[0]  # (T, d)
+        memory = RowMemory(sentence_vec[:, None, :], packing.index // L)
+        causal = PackedMask(torch.ones(L, L, dtype=torch.bool, device=x.device).tril(), packing)  # (L, L)
+        for layer in self.layers:
+            x = layer(x, memory, causal)  # tsdae.DecoderLayer.forward on the rows
+        return x
+
+    def neg_log_likelihood(self, states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        head, E = self.lm_head, self.embeddings.word.weight
+        return VocabularyCrossEntropy.apply(head.transform(states), E, head.bias, labels, lambda: self.gradient_memory(E))
+
+    def gradient_memory(self, E: torch.Tensor) -> torch.Tensor | None:
+        """Where E's gradient (47 MB for BERT) is written when E.grad is None, on CPU: memory kept from step to
+        step. A fresh 47 MB tensor costs page faults every step (freed memory that large goes back to the system);
+        here the memory stays (a numpy array) and each step gets a new tensor over it (torch.from_numpy). A
+        reference to an old E.grad kept across steps would see the new gradient."""
+        if E.device.type != "cpu" or E.dtype != torch.float32:
+            return None
+        if self.kept is None or self.kept.shape != tuple(E.shape):
+            self.kept = np.empty(tuple(E.shape), dtype=np.float32)
+        return torch.from_numpy(self.kept)
 
 
 class VocabularyCrossEntropy(torch.autograd.Function):
     """sum_t -log softmax(h_t E^T + b)[y_t]: the decoder's vocabulary projection and its loss in one step.
 
-    The same numbers as F.cross_entropy(F.linear(h, E, b), y, reduction="sum"), computed with a single
-    (T, V) tensor: autograd would keep the logits and the log-probabilities and make two more (T, V)
-    gradients. Here the backward turns the saved log-probabilities into d loss / d logits = softmax - onehot(y)
-    in place. Its gradient of E is a fresh (V, d) tensor, which GradientLast needs.
+    The same numbers as F.cross_entropy(F.linear(h, E, b), y, reduction="sum"), computed with a single (T, V)
+    tensor: autograd would keep the logits and the log-probabilities and make two more (T, V) gradients. Here the
+    backward turns the saved log-probabilities into d loss / d logits = softmax - onehot(y) in place.
+    E's gradient is not handed to autograd: the backward adds it to E.grad itself (written into memory() when
+    E.grad is None). This backward runs before the word lookups' (the decoder's states depend on them), so their
+    sparse rows (SparseGradLookup) are then added into that dense E.grad in place: no (V, d) zero-fill. Call
+    .backward() on the loss, not torch.autograd.grad, which would not see E's part.
     Under autocast the projection and its backward run in the autocast dtype, as F.linear's would, and the
     softmax in float32, as F.cross_entropy's does (then the backward makes one (T, V) copy in that dtype).
     """
@@ -230,10 +284,10 @@ class VocabularyCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h: torch.Tensor, E: torch.Tensor, b: torch.Tensor, y: torch.Tensor,
                 memory: Callable[[], torch.Tensor | None] | None = None) -> torch.Tensor:
-        """h (T, d) decoder states at the label positions, E (V, d) word embeddings, b (V,), y (T,) labels.
-        memory(): at the backward, where to write E's gradient, or None (LabelOnlyTSDAELoss.gradient_memory)."""
+        """h (T, d) decoder states at the label positions, E (V, d) the word-embedding Parameter, b (V,), y (T,)
+        labels. memory(): where to write E's gradient when E.grad is None, or None (a fresh tensor)."""
         device = h.device.type
-        ctx.dtypes, ctx.memory = (h.dtype, E.dtype, b.dtype), memory
+        ctx.dtypes, ctx.E, ctx.memory = (h.dtype, b.dtype), E, memory
         ctx.dt = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
                   else torch.promote_types(h.dtype, torch.float32))  # the projection's dtype
         h = h.to(ctx.dt)
@@ -245,48 +299,33 @@ class VocabularyCrossEntropy(torch.autograd.Function):
             else:  # a lower-precision product, then stored in float32 for the softmax
                 logits[:, v] = torch.addmm(b[v].to(ctx.dt), h, E[v].to(ctx.dt).T)
         log_probs = torch.log_softmax(logits, -1, out=logits)  # (T, V), in place: no second (T, V) tensor
-        ctx.save_for_backward(h, E, log_probs, y)
+        ctx.save_for_backward(h, log_probs, y)
         return -log_probs.gather(1, y[:, None]).sum()
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None, None]:
-        h, E, log_probs, y = ctx.saved_tensors
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, torch.Tensor, None, None]:
+        h, log_probs, y = ctx.saved_tensors
+        E = ctx.E
         d_logits = log_probs.exp_()  # (T, V): softmax, in place of the log-probabilities
         d_logits[torch.arange(len(y), device=y.device), y] -= 1  # softmax - onehot(y)
         d_logits = d_logits.to(ctx.dt)
         # the loss's scalar gradient multiplies the small factors, never the (T, V) one
         d_h, d_b = (d_logits @ E.to(ctx.dt)) * grad, d_logits.sum(0) * grad
-        out = ctx.memory() if ctx.memory is not None and ctx.dt == ctx.dtypes[1] else None
-        d_E = torch.mm(d_logits.T, h * grad, out=out) if out is not None else d_logits.T @ (h * grad)
-        return d_h.to(ctx.dtypes[0]), d_E.to(ctx.dtypes[1]), d_b.to(ctx.dtypes[2]), None, None  # (T, d), (V, d), (V,)
-
-
-class GradientLast(torch.autograd.Function):
-    """y = x, but autograd delivers this use's gradient of x after all the others.
-
-    TSDAE uses the word-embedding matrix E (V x d, 47 MB for BERT) three times: the encoder's lookup, the
-    decoder's lookup and the vocabulary projection. A plain lookup's backward builds a dense (V, d) gradient
-    (a 47 MB zero-fill, then an add), although only the rows of the batch's tokens are non-zero.
-    LabelOnlyTSDAELoss instead makes the lookups sparse (SparseGradLookup) and reads E for the projection through
-    this identity, created before both lookups. Of the backward steps that are ready, autograd runs the one
-    created last first, so this one runs after the lookups'; autograd adds sparse rows into a dense gradient
-    in place only when the dense one comes last. (x.view_as(x) alone is not enough: its backward hands on a
-    view, which autograd never adds into in place.)
-    """
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return grad
+        if E.requires_grad:
+            if E.grad is None:
+                out = ctx.memory() if ctx.memory is not None and ctx.dt == E.dtype else None
+                E.grad = (torch.mm(d_logits.T, h * grad, out=out) if out is not None
+                          else (d_logits.T @ (h * grad)).to(E.dtype))  # (V, d)
+            else:
+                E.grad.add_((d_logits.T @ (h * grad)).to(E.dtype))
+        return d_h.to(ctx.dtypes[0]), None, d_b.to(ctx.dtypes[1]), None, None  # (T, d), -, (V,)
 
 
 class SparseGradLookup(nn.Module):
     """Replaces the word-embedding lookup (model.Embeddings.word, an nn.Embedding) with the same weight: the same
-    vectors, but the backward gives only the rows of the batch's tokens (a sparse gradient; see GradientLast).
-    Not an nn.Embedding: DDP would then expect the weight's whole gradient to be sparse, and it is dense."""
+    vectors, but the backward gives only the rows of the batch's tokens (a sparse gradient; autograd adds it into
+    the dense E.grad that VocabularyCrossEntropy wrote). Not an nn.Embedding: DDP would then expect the weight's
+    whole gradient to be sparse, and it is dense."""
 
     def __init__(self, embedding: nn.Embedding):
         super().__init__()
@@ -294,88 +333,3 @@ class SparseGradLookup(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(input_ids, self.weight, self.padding_idx, sparse=self.sparse)
-
-
-class LabelOnlyTSDAELoss(nn.Module):
-    """Replaces tsdae.TSDAELoss (built from one: the same encoder, decoder and parameters).
-
-    Equal: the same loss and gradients (tests/test_fast.py); four changes, all in how, not what:
-      1. the encoder is a PackedBert, the decoder runs on its real positions only (decoder_states), and each
-         decoder layer's cross-attention is a SentenceVectorAttention;
-      2. the LM head runs only where there is a label, not on padding (the plain loss multiplies those by 0);
-      3. VocabularyCrossEntropy: one (T, V) tensor where autograd makes four;
-      4. sparse word-embedding lookups + GradientLast: no 47 MB zero-fill and copy per lookup.
-    Gain: TSDAE step x0.70 (bench/ab.py).
-    """
-
-    def __init__(self, plain: nn.Module, device: torch.device):
-        super().__init__()
-        self.normalisation = plain.normalisation
-        bert, decoder = plain.encoder.bert, plain.decoder
-        sparse = lambda embeddings: replaced(embeddings, word=SparseGradLookup(embeddings.word))
-        encoder_embeddings = sparse(bert.embeddings)
-        tied = decoder.embeddings is bert.embeddings
-        self.encoder = replaced(plain.encoder, bert=fast_bert(replaced(bert, embeddings=encoder_embeddings), device))
-        layers = []
-        for layer in decoder.layers:
-            self_attn = FusedAttention(layer.self_attn) if device.type == "cuda" else layer.self_attn
-            layers.append(replaced(layer, self_attn=self_attn, cross_attn=SentenceVectorAttention(layer.cross_attn)))
-        self.decoder = replaced(decoder, embeddings=encoder_embeddings if tied else sparse(decoder.embeddings),
-                                layers=nn.ModuleList(layers))
-        self.kept = None  # the memory of E's gradient (gradient_memory)
-        self.train(plain.training)
-
-    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        E = self.decoder.embeddings.word.weight
-        # the vocabulary projection's E, taken before any lookup so that its dense gradient comes last
-        word_embeddings = GradientLast.apply(E)  # (V, d)
-        sentence_vec = self.encoder(batch["damaged_ids"], batch["damaged_mask"])  # (B, d)
-        original, mask = batch["original_ids"], batch["original_mask"]
-        decoder_input, labels = original[:, :-1], original[:, 1:]  # (B, L-1) each
-        # the positions with a label, T of them: no later position of a sentence is real, so (causal) none needs
-        # the others; with right padding they are the real decoder inputs but each sentence's last ([SEP])
-        packing = Packing.of(mask[:, 1:])
-        states = self.decoder_states(decoder_input, sentence_vec, packing)  # (T, d)
-        head = self.decoder.lm_head
-        y = labels.reshape(-1)[packing.index]  # (T,)
-        total = VocabularyCrossEntropy.apply(head.transform(states), word_embeddings, head.bias, y,
-                                             lambda: self.gradient_memory(E))  # sum over T
-        return total / self.count(batch)
-
-    def gradient_memory(self, E: torch.Tensor) -> torch.Tensor | None:
-        """Where E's gradient (47 MB for BERT) is written, on CPU: memory kept from step to step. A fresh 47 MB
-        tensor costs page faults every step (freed memory that large goes back to the system); here the memory
-        stays (a numpy array) and each step gets a new tensor over it (torch.from_numpy), which autograd takes
-        as E.grad without a copy, as it takes any fresh tensor. Gain: the OS-kernel time of a step 35 -> 5 ms, and
-        TSDAE training 1.79x -> 2.07x the library's sentences/s (bench/bench.py; within one process, as in
-        bench/ab.py, freed memory comes back warm and the gain does not show). Used only when the
-        last step's gradient has been dropped (E.grad is None, as zero_grad(set_to_none=True) leaves it); a
-        reference to an old E.grad kept across steps would see the new gradient."""
-        if E.grad is not None or E.device.type != "cpu" or E.dtype != torch.float32:
-            return None
-        if self.kept is None or self.kept.shape != tuple(E.shape):
-            self.kept = np.empty(tuple(E.shape), dtype=np.float32)
-        return torch.from_numpy(self.kept)  # not a view of another tensor: autograd may then add into it in place
-
-    def decoder_states(self, input_ids: torch.Tensor, sentence_vec: torch.Tensor, packing: Packing) -> torch.Tensor:
-        """tsdae.TSDAEDecoder.forward at the positions `packing` holds only, packed (N, d): every piece but the
-        causal self-attention acts on one position at a time (as PackedBert, for the decoder)."""
-        B, L = input_ids.shape
-        flat = input_ids.reshape(1, -1)[:, packing.index]  # (1, N)
-        positions = (packing.index % L)[None, :]  # (1, N): each token's position in its sentence
-        x = self.decoder.embeddings(flat, positions)[0]  # (N, d)
-        sentence = packing.index // L  # (N,): each row's sentence
-        causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()  # (L, L)
-        for layer in self.decoder.layers:
-            attn = layer.self_attn
-            q, k, v = packing.unpack(attn.q(x)), packing.unpack(attn.k(x)), packing.unpack(attn.v(x))  # (B, L, d)
-            x = layer.self_attn_norm(x + layer.dropout(attn.out(packing.pack(attn.attend(q, k, v, causal)))))
-            x = layer.cross_attn_norm(x + layer.dropout(layer.cross_attn.on_rows(sentence, sentence_vec[:, None])))
-            x = layer.ffn_norm(x + layer.dropout(layer.ffn(x)))  # (N, d)
-        return x
-
-    def count(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """T, as tsdae.TSDAELoss.count: the label tokens or the sentences of the batch."""
-        if self.normalisation == "tokens":
-            return batch["original_mask"][:, 1:].sum()
-        return torch.tensor(len(batch["original_ids"]), device=batch["original_ids"].device)

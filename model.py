@@ -10,8 +10,9 @@ Read top to bottom:
   6. pool                 one vector per sentence: cls / mean / max
   7. SentenceEncoder      tokenizer + Bert + pooling: from_pretrained / encode / save_pretrained
 
-Nothing here is specific to TSDAE or ConSERT, and nothing here trains. The files on disk (safetensors,
-Hugging Face names, Hub ids) are checkpoint.py's job; speed-ups are fast.py's.
+No objective and no training here. Two pieces exist for the methods: the `memory` of MultiHeadAttention (TSDAE's
+cross-attention) and last2-mean pooling (ConSERT's official evaluation). The files on disk (safetensors, Hugging
+Face names, Hub ids) are checkpoint.py's job; speed-ups are fast.py's.
 """
 from __future__ import annotations
 
@@ -136,10 +137,22 @@ class MultiHeadAttention(nn.Module):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Split the projections (B, L, d) into h heads, attend in each, and concatenate the heads again."""
-        B, Lq, d = q.shape
-        split = lambda t: t.view(B, t.shape[1], self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, h, L, dh)
-        y = attention(split(q), split(k), split(v), mask, self.dropout_p if self.training else 0.0)  # (B, h, Lq, dh)
-        return y.transpose(1, 2).reshape(B, Lq, d)  # (B, Lq, d)
+        h = self.n_heads
+        y = attention(split_heads(q, h), split_heads(k, h), split_heads(v, h), mask,
+                      self.dropout_p if self.training else 0.0)  # (B, h, Lq, dh)
+        return merge_heads(y)  # (B, Lq, d)
+
+
+def split_heads(t: torch.Tensor, h: int) -> torch.Tensor:
+    """(B, L, d) -> (B, h, L, d/h): head i reads features i*d/h ... (i+1)*d/h - 1."""
+    B, L, d = t.shape
+    return t.view(B, L, h, d // h).transpose(1, 2)
+
+
+def merge_heads(y: torch.Tensor) -> torch.Tensor:
+    """(B, h, L, dh) -> (B, L, h*dh): the heads side by side again."""
+    B, h, L, dh = y.shape
+    return y.transpose(1, 2).reshape(B, L, h * dh)
 
 
 # ----------------------------------------------------------------------------
@@ -171,6 +184,7 @@ class EncoderLayer(nn.Module):
         self.attn_dropout = self.dropout if cfg.attention_output_dropout else nn.Identity()
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x (B, L, d). Only self.attn looks across positions; the rest acts on each position alone."""
         x = self.attn_norm(x + self.attn_dropout(self.attn(x, mask)))  # (B, L, d)
         return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
 

@@ -17,6 +17,7 @@ import consert_train
 import data
 import fast
 import tsdae
+import tsdae_train
 from checkpoint import ModelLoadError
 from model import SentenceEncoder, load_bert, pool
 
@@ -154,7 +155,7 @@ def test_both_methods_train_and_save_in_the_familys_own_layout(kind, checkpoints
     corpus.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
     common = ["--corpus", str(corpus), "--model", str(checkpoints[kind]), "--steps", "2", "--batch-size", "4",
               "--save-every", "0", "--device", "cpu"]
-    tsdae.main([*common, "--out", str(tmp_path / "tsdae"), "--lr", "1e-3"])
+    tsdae_train.main([*common, "--out", str(tmp_path / "tsdae"), "--lr", "1e-3"])
     consert_train.main([*common, "--out", str(tmp_path / "consert"), "--lr", "1e-3"])
     for run in ("tsdae", "consert"):
         saved = tmp_path / run / "model"

@@ -19,6 +19,7 @@ import consert_train
 import evaluate
 import train
 import tsdae
+import tsdae_train
 from model import SentenceEncoder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +41,7 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
 # ---------------------------------------------------------------- --help and argument checks
 
 
-@pytest.mark.parametrize("make_parser", [tsdae.make_parser, consert_train.make_parser, evaluate.make_parser])
+@pytest.mark.parametrize("make_parser", [tsdae_train.make_parser, consert_train.make_parser, evaluate.make_parser])
 def test_help_has_a_line_for_every_flag_and_each_default_once(make_parser):
     parser = make_parser()
     for action in parser._actions:
@@ -92,15 +93,15 @@ def test_cuda_on_a_machine_without_it_gets_one_line(small_corpus, tmp_path, caps
 def test_a_run_folder_is_never_silently_reused(tiny_model_dir, small_corpus, tmp_path):
     common = ["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path / "run"),
               "--steps", "2", "--batch-size", "4", "--device", "cpu"]
-    tsdae.main(common)
+    tsdae_train.main(common)
     first_log = (tmp_path / "run" / "log.jsonl").read_text()
     line = one_line_error(run("tsdae.py", *common))
     assert "already holds a run" in line and "--resume" in line and "--overwrite" in line
     assert (tmp_path / "run" / "log.jsonl").read_text() == first_log  # untouched
-    tsdae.main(common + ["--overwrite", "--seed", "1"])
+    tsdae_train.main(common + ["--overwrite", "--seed", "1"])
     assert (tmp_path / "run" / "log.jsonl").read_text() != first_log
     with pytest.raises(cli.UsageError, match="holds no checkpoint"):
-        tsdae.main(common + ["--out", str(tmp_path / "new"), "--resume"])
+        tsdae_train.main(common + ["--out", str(tmp_path / "new"), "--resume"])
 
 
 # ---------------------------------------------------------------- progress and Ctrl-C

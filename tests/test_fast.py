@@ -84,7 +84,7 @@ def test_packed_bert_gives_zeros_at_padding_and_all_layers(minilm_path, sts_sent
     bert = load_bert(minilm_path).eval()
     ids, mask = data.pad(data.tokenize(SentenceEncoder.from_pretrained(minilm_path).tokenizer, sts_sentences[:6], 64), 0)
     with torch.no_grad():
-        plain, packed = bert(ids, mask, all_layers=True), fast.PackedBert(bert)(ids, mask, all_layers=True)
+        plain, packed = bert(ids, mask, all_layers=True), fast.PackedBert.of(bert, CPU)(ids, mask, all_layers=True)
     assert len(plain) == len(packed) == bert.cfg.num_hidden_layers + 1
     real = mask.bool()
     for a, b in zip(plain, packed):
@@ -94,20 +94,23 @@ def test_packed_bert_gives_zeros_at_padding_and_all_layers(minilm_path, sts_sent
 
 def test_sentence_vector_attention_equals_general_attention_over_one_key(tiny_model_dir):
     """SentenceVectorAttention = the MultiHeadAttention it replaces, with the sentence vector as the only key and
-    value, whatever Q and K are; in training mode with the same dropout applied to the attention probabilities."""
+    value, whatever Q and K are; in training mode with the same dropout applied to the attention probabilities.
+    It works on rows (N, d), each row told its sentence (RowMemory)."""
     cfg = dataclasses.replace(load_bert(tiny_model_dir).cfg, attention_probs_dropout_prob=0.1)
     general = MultiHeadAttention(cfg)
     ours = fast.SentenceVectorAttention(general)
     assert ours.v is general.v and ours.out is general.out  # the same Parameters, not copies
-    x, s = torch.randn(3, 9, cfg.hidden_size), torch.randn(3, 1, cfg.hidden_size)
-    torch.testing.assert_close(ours.eval()(x, memory=s), general.eval()(x, memory=s))
+    B, L, h = 3, 9, cfg.num_attention_heads
+    x, s = torch.randn(B, L, cfg.hidden_size), torch.randn(B, 1, cfg.hidden_size)
+    rows = fast.RowMemory(s, torch.arange(B).repeat_interleave(L))  # row b * L + t belongs to sentence b
+    torch.testing.assert_close(ours.eval()(x.reshape(B * L, -1), memory=rows).view(B, L, -1),
+                               general.eval()(x, memory=s))
 
     ours.train()
     torch.manual_seed(1)
-    y = ours(x, memory=s)
+    y = ours(x.reshape(B * L, -1), memory=rows).view(B, L, -1)
     torch.manual_seed(1)
-    B, L, h = 3, 9, cfg.num_attention_heads
-    keep = F.dropout(torch.ones(B, L, h), ours.dropout_p, True).transpose(1, 2)[..., None]  # (B, h, L, 1)
+    keep = F.dropout(torch.ones(B * L, 1, h), ours.dropout_p, True).view(B, L, h).transpose(1, 2)[..., None]  # (B, h, L, 1)
     split = lambda t: t.view(B, t.shape[1], h, -1).transpose(1, 2)  # (B, h, L, dh)
     q, k, v = split(general.q(x)), split(general.k(s)), split(general.v(s))
     probs = (q @ k.transpose(-2, -1)).softmax(-1) * keep  # (B, h, L, 1): 1, dropped or scaled
@@ -119,7 +122,8 @@ def test_sentence_vector_attention_equals_general_attention_over_one_key(tiny_mo
 
 def test_vocabulary_cross_entropy_equals_the_plain_formula():
     """Loss and all three gradients against F.cross_entropy(F.linear(h, E, b)), in float64, over a vocabulary
-    of several chunks (the last one partial) and with an upstream gradient other than 1."""
+    of several chunks (the last one partial) and with an upstream gradient other than 1. E's gradient is written
+    into E.grad by the function itself: when E.grad is None, and added when it already holds one."""
     g = torch.Generator().manual_seed(0)
     T, V, d = 7, 2 * fast.VocabularyCrossEntropy.VOCAB_CHUNK + 77, 16
     leaves = [torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True) for shape in ((T, d), (V, d), (V,))]
@@ -134,16 +138,23 @@ def test_vocabulary_cross_entropy_equals_the_plain_formula():
 
     results = []
     for loss_fn in (fused, plain):
+        for leaf in leaves:
+            leaf.grad = None
         loss = loss_fn(*leaves)
-        grads = torch.autograd.grad(loss * 0.37, leaves)
-        results.append((loss, *grads))
+        (loss * 0.37).backward()
+        results.append((loss, *[leaf.grad.clone() for leaf in leaves]))
     for ours, ref in zip(*results):
         torch.testing.assert_close(ours, ref, rtol=1e-12, atol=1e-12)
 
+    E = leaves[1]
+    before = E.grad.clone()
+    (fused(*leaves) * 0.37).backward()  # a second backward adds, as autograd does
+    torch.testing.assert_close(E.grad, 2 * before, rtol=1e-12, atol=1e-12)
+
 
 def test_word_matrix_gradient_is_summed_without_vocabulary_sized_temporaries(tiny_model_dir, small_corpus):
-    """E has three uses (two lookups, the projection). Sparse lookups + GradientLast give the same gradient as
-    dense lookups, without the (V, d) zero-fills and copies those make."""
+    """E has three uses (two lookups, the projection). Sparse lookups added into the projection's dense gradient
+    give the same gradient as dense lookups, without the (V, d) zero-fills and copies those make."""
     from torch.profiler import profile
 
     obj = fast.speed_up_tsdae(tsdae.TSDAELoss(SentenceEncoder.from_pretrained(tiny_model_dir, pooling="cls")), CPU)

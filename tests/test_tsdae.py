@@ -16,6 +16,7 @@ import data
 import fast
 import train
 import tsdae
+import tsdae_train
 import checkpoint
 from checkpoint import load_tokenizer
 from model import SentenceEncoder
@@ -241,18 +242,18 @@ def losses(out: Path) -> list[float]:
 
 def test_tiny_model_overfits_16_sentences(tiny_model_dir, small_corpus, tmp_path):
     """The reading path trains: python tsdae.py --plain."""
-    tsdae.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
+    tsdae_train.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
                 "--steps", "150", "--batch-size", "16", "--lr", "5e-3", "--save-every", "0", "--plain"])
     assert sum(losses(tmp_path)[-10:]) / 10 < 0.5
 
 
 def test_resume_continues_the_same_loss_sequence(tiny_model_dir, small_corpus, tmp_path):
     common = ["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--batch-size", "4", "--lr", "1e-3"]
-    tsdae.main(common + ["--out", str(tmp_path / "a"), "--steps", "10"])
-    tsdae.main(common + ["--out", str(tmp_path / "b"), "--steps", "6"])  # crosses an epoch boundary (4 steps/epoch)
-    tsdae.main(common + ["--out", str(tmp_path / "b"), "--steps", "10", "--resume"])
+    tsdae_train.main(common + ["--out", str(tmp_path / "a"), "--steps", "10"])
+    tsdae_train.main(common + ["--out", str(tmp_path / "b"), "--steps", "6"])  # crosses an epoch boundary (4 steps/epoch)
+    tsdae_train.main(common + ["--out", str(tmp_path / "b"), "--steps", "10", "--resume"])
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
-    tsdae.main(common + ["--out", str(tmp_path / "b"), "--steps", "3", "--overwrite"])  # a fresh run, same folder
+    tsdae_train.main(common + ["--out", str(tmp_path / "b"), "--steps", "3", "--overwrite"])  # a fresh run, same folder
     assert losses(tmp_path / "b") == losses(tmp_path / "a")[:3]  # starts a fresh log
     for other_settings in (["--untie"], ["--plain"]):  # --plain: the plain decoder has cross-attention Q and K
         result = run(*common, "--out", tmp_path / "b", "--steps", "5", "--resume", *other_settings)
@@ -261,7 +262,7 @@ def test_resume_continues_the_same_loss_sequence(tiny_model_dir, small_corpus, t
 
 
 def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
-    real_forward = fast.LabelOnlyTSDAELoss.forward  # the command line's default path
+    real_forward = tsdae.TSDAELoss.forward  # the command line's default path
     calls = {"n": 0}
 
     def forward(self, batch):
@@ -269,9 +270,9 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_model_dir, small_corpus, 
         loss = real_forward(self, batch)
         return loss * float("nan") if calls["n"] == 5 else loss
 
-    monkeypatch.setattr(fast.LabelOnlyTSDAELoss, "forward", forward)
+    monkeypatch.setattr(tsdae.TSDAELoss, "forward", forward)
     with pytest.raises(TrainingStopped, match="loss became nan at step 5"):
-        tsdae.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
+        tsdae_train.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
                     "--steps", "10", "--save-every", "2"])
     assert train.read_progress(tmp_path / "checkpoint").step == 4
     SentenceEncoder.from_pretrained(tmp_path / "checkpoint" / "encoder")  # a loadable model
@@ -279,7 +280,7 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_model_dir, small_corpus, 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_the_model(how, tiny_model_dir, small_corpus, tmp_path, monkeypatch):
-    real_forward = fast.LabelOnlyTSDAELoss.forward
+    real_forward = tsdae.TSDAELoss.forward
     calls = {"n": 0}
 
     def forward(self, batch):
@@ -291,9 +292,9 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_the_model(how, tiny_model_dir,
                 raise KeyboardInterrupt
         return real_forward(self, batch)
 
-    monkeypatch.setattr(fast.LabelOnlyTSDAELoss, "forward", forward)
+    monkeypatch.setattr(tsdae.TSDAELoss, "forward", forward)
     with pytest.raises(SystemExit):
-        tsdae.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
+        tsdae_train.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
                     "--steps", "10", "--save-every", "0"])
     # Ctrl-C inside a step stops at once; SIGTERM lets the step finish first
     assert train.read_progress(tmp_path / "checkpoint").step == (3 if how == "ctrl-c" else 4)
@@ -329,7 +330,7 @@ def test_awkward_lines_train(tiny_model_dir, tmp_path):
     """One-word lines, very long lines (truncated), bad bytes replaced, a corpus smaller than a batch."""
     corpus = tmp_path / "c.txt"
     corpus.write_bytes(b"hello\n\n" + b"very long line " * 200 + b"\nbad \xff byte\n")
-    tsdae.main(["--corpus", str(corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path / "o"),
+    tsdae_train.main(["--corpus", str(corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path / "o"),
                 "--steps", "3", "--batch-size", "8", "--bad-lines", "replace", "--max-length", "32"])
     assert len(losses(tmp_path / "o")) == 3
     assert data.read_corpus(corpus, "skip") == ["hello", " ".join(["very long line"] * 200)]
@@ -365,8 +366,8 @@ def test_default_batches_are_a_uniform_shuffle_and_bucketing_is_opt_in(tiny_mode
 
     spreads = {}
     for name, argv in (("default", []), ("bucketing", ["--bucketing"])):
-        args = tsdae.parse_args(["--corpus", "x", *argv])
-        loader = tsdae.make_loader(sentences, encoder, args, torch.device("cpu"))
+        args = tsdae_train.parse_args(["--corpus", "x", *argv])
+        loader = tsdae_train.pair_loader(sentences, encoder, args, torch.device("cpu"))
         batches = [[i for _, i in keys] for keys in loader.batch_sampler]
         assert [len(b) for b in batches[-1:]] == [4] or name == "bucketing"  # 4004 = 500 x 8 + 4
         assert len(batches) == len(loader.batch_sampler) == 501 and sorted(sum(batches, [])) == list(range(4004))
@@ -386,7 +387,7 @@ def copy_run(tmp_path_factory, tiny_model_dir) -> Path:
     folder = tmp_path_factory.mktemp("copy")
     corpus = folder / "corpus.txt"
     corpus.write_text("the cat sat on the mat\nbees carry pollen\nthe library opens at nine\n", encoding="utf-8")
-    tsdae.main(["--corpus", str(corpus), "--model", str(tiny_model_dir), "--out", str(folder / "run"),
+    tsdae_train.main(["--corpus", str(corpus), "--model", str(tiny_model_dir), "--out", str(folder / "run"),
                 "--steps", "200", "--batch-size", "3", "--lr", "5e-3", "--noise-ratio", "0", "--save-every", "0",
                 "--device", "cpu"])
     return folder / "run"
@@ -430,7 +431,7 @@ def test_every_saved_model_has_a_model_card(copy_run, tiny_model_dir, data_dir, 
     theirs = SentenceTransformer(str(copy_run / "model"), device="cpu").encode(sentences, convert_to_tensor=True)
     assert F.cosine_similarity(ours, theirs).min() >= 0.99999
     out = tmp_path / "run"  # with an evaluation: best/ has a card with its dev score; --log-alignment logs both
-    tsdae.main(["--corpus", str(copy_run.parent / "corpus.txt"), "--model", str(tiny_model_dir), "--out", str(out),
+    tsdae_train.main(["--corpus", str(copy_run.parent / "corpus.txt"), "--model", str(tiny_model_dir), "--out", str(out),
                 "--steps", "2", "--batch-size", "3", "--save-every", "0", "--device", "cpu", "--eval-data",
                 str(data_dir), "--eval-every", "1", "--log-alignment"])
     record = json.loads((out / "log.jsonl").read_text().splitlines()[0])

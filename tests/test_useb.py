@@ -425,7 +425,7 @@ def test_reproduce_script_dry_run_prints_commands_the_parsers_accept():
     assert [a.tasks for a in scored[1:]] == [f"useb-{d}" for d in ["askubuntu", "cqadupstack", "twitterpara",
                                                                     "scidocs"]]
     assert all(a.split == "test" for a in scored)
-    flags = set(tsdae.make_parser()._option_string_actions)
+    flags = set(tsdae_train.make_parser()._option_string_actions)
     for args in trainings:
         assert {a for a in args if a.startswith("--")} <= flags, args
         options = dict(zip(args[::2], args[1:][::2]))

@@ -1,0 +1,118 @@
+"""TSDAE's experiment, around the method of tsdae.py: the batches, the command line and the run
+(`python tsdae.py` and `python tsdae_train.py` run it).
+
+  pair_loader    (damaged, original) pairs in the reference's plain shuffled batches (--bucketing: by length)
+  make_parser    every flag, with the paper's defaults (app. A, B)
+  main           read the corpus, build the objective (fast.py's pieces unless --plain), run train.train
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+import cli
+import data
+import distributed
+import evaluate
+import fast
+import train
+import tsdae
+from checkpoint import default_model_path
+from model import SentenceEncoder
+
+
+
+def pair_loader(sentences: list[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
+                rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
+    """(damaged, original) pairs in plain shuffled batches, as the reference's DataLoader(shuffle=True) gives them.
+    With --bucketing, batches of similar original length: less work on padding, but the loss is a mean over the
+    batch's tokens, so in a bucketed batch each sentence weighs about 1/B whatever its length."""
+    dataset = tsdae.DenoisingDataset(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise,
+                               ratio=args.noise_ratio, seed=args.seed)
+    return data.make_loader(dataset, lengths=data.token_lengths(encoder.tokenizer, sentences, encoder.max_length),
+                            collate=tsdae.collate_pairs, pad_id=encoder.bert.cfg.pad_token_id, batch_size=args.batch_size,
+                            seed=args.seed, device=device, bucketing=args.bucketing, workers=args.workers, rank=rank,
+                            world_size=world)
+
+
+def make_parser() -> cli.ArgumentParser:
+    p = cli.ArgumentParser(
+        description="Train a sentence encoder with TSDAE (arXiv:2104.06979) on unlabelled sentences, one per line.",
+        formatter_class=cli.HelpFormatter,
+    )
+    p.add_argument("--corpus", required=True, help="UTF-8 text file, one sentence per line")
+    p.add_argument("--model", default=None,
+                   help="a BERT, RoBERTa, XLM-R, DistilBERT or ELECTRA checkpoint: a local folder or a Hub id such as "
+                        "bert-base-uncased (default: the shipped all-MiniLM-L6-v2)")
+    p.add_argument("--epochs", type=int, default=1, help="passes over the corpus (ignored when --steps is given)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="optimiser steps in total (default: one epoch, corpus size / batch size; the paper: 100000)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="sentences per step (app. B); under torchrun the global batch, split over the processes")
+    p.add_argument("--lr", type=float, default=3e-5, help="AdamW learning rate (app. B), constant as in the reference")
+    p.add_argument("--max-length", type=int, default=75, help="tokens per sentence, longer lines are truncated")
+    p.add_argument("--pooling", default="cls", choices=["cls", "mean", "max"], help="sentence vector (app. A, tab. 7)")
+    p.add_argument("--noise", default="delete", choices=sorted(tsdae.NOISE), help="noise type (app. A, tab. 5)")
+    p.add_argument("--noise-ratio", type=float, default=0.6, help="probability a word is affected (app. A, tab. 6)")
+    p.add_argument("--untie", action="store_true", help="separate decoder weights (initialised from the same checkpoint)")
+    p.add_argument("--bucketing", action="store_true",
+                   help="batches of similar length (less padding) instead of the reference's plain shuffled batches; "
+                        "changes each sentence's weight in the token mean")
+    p.add_argument("--loss-normalisation", default="tokens", choices=["tokens", "sentence"],
+                   help="tokens: mean over the batch's tokens (reference code); sentence: per-sentence sum (paper §3.1)")
+    cli.add_run_arguments(p, out="runs/tsdae")
+    cli.add_selection_arguments(p, eval_every=500, what="the paper selects none: app. B assumes no labelled data")
+    p.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
+                   help="what to do with corpus lines that are not UTF-8")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = make_parser()
+    args = p.parse_args(argv)
+    cli.check_arguments(p, args, positive=("lr",), at_least_one=("epochs", "steps", "batch_size", "eval_every"),
+                          ratios=("noise_ratio",))
+    if args.max_length < 3:
+        p.error(f"--max-length must be at least 3: the start token, one word, the end token (got {args.max_length})")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    device = cli.device(args.device)
+    evaluate.check_dev_task(args.eval_task, args.eval_data)
+    sentences = data.read_corpus(args.corpus, args.bad_lines)
+    cli.check_out_folder(out, args.resume, args.overwrite)
+    rank, world = distributed.init()
+    torch.manual_seed(args.seed)
+    base_model = args.model or default_model_path()
+    encoder = SentenceEncoder.from_pretrained(base_model, pooling=args.pooling, max_length=args.max_length)
+    plain = tsdae.TSDAELoss(encoder, tie=not args.untie, normalisation=args.loss_normalisation)
+    # the same parameters and numbers, computed faster
+    objective = plain if args.plain else fast.speed_up_tsdae(plain, device)
+    distributed.tsdae_over_global_batch(objective)  # under torchrun: the mean over every process's tokens
+    loader = pair_loader(sentences, encoder, args, device, rank, world)
+    steps = args.steps or args.epochs * len(loader.batch_sampler)
+    decoder = {"tie": not args.untie, "normalisation": args.loss_normalisation, "base_model": str(base_model),
+               "seed": args.seed, "noise": args.noise, "noise_ratio": args.noise_ratio, "corpus": str(args.corpus)}
+    settings = train.TrainSettings(
+        out=out, steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every, resume=args.resume,
+        eval_every=args.eval_every, eval_fn=evaluate.dev_fn(args.eval_task, args.eval_data),
+        keep_best=bool(args.eval_data),
+        log_fn=evaluate.alignment_fn(args.eval_data) if args.log_alignment and args.eval_data else None,
+        card=cli.model_card("TSDAE", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr),
+        save_with_model=lambda run: tsdae.save_decoder(plain, run / "decoder", decoder))  # for examples/reconstruct.py
+    if rank == 0:
+        print(f"TSDAE: {len(sentences)} sentences, {steps} steps of {args.batch_size} on {world} x {device}"
+              f"{' (plain path)' if args.plain else ''}; saving to {out}")
+    train.train(encoder, objective, loader, settings, device)
+    if rank == 0:
+        print(f"done: encoder saved to {out / 'model'} ({args.pooling} pooling)")
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(main)
