@@ -198,6 +198,15 @@ def test_rerank_jsonl_by_hand(tmp_path):
 # Missing data, "all", the CLI
 # ---------------------------------------------------------------------------
 
+def test_the_tables_name_the_same_tasks():
+    assert list(ev.TASKS) == ["sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "stsb-dev", "sickr", "twitterpara",
+                              "askubuntu", "useb-askubuntu", "useb-cqadupstack", "useb-twitterpara", "useb-scidocs",
+                              "align-uniform"]  # the order --help and the errors list them in
+    assert set(ev.TASK_FILES) == set(ev.TASKS)  # every task's files, no more
+    assert {rel.split("/")[0] for files in ev.TASK_FILES.values() for rel in files} == set(ev.SOURCES)
+    assert set(ev.ALL_TASKS) | set(ev.USEB_TASKS) < set(ev.TASKS) and ev.AVG7_TASKS == ev.ALL_TASKS[:7]
+
+
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(ev.DataMissingError, match=r"SICK_test_annotated\.txt.*SICK \(Marelli"):
         ev.evaluate(HashEncoder(), ["sickr"], tmp_path)
