@@ -40,7 +40,7 @@ from scipy.stats import spearmanr
 
 import cli
 import fast
-from checkpoint import ModelLoadError, default_model_path
+from checkpoint import default_model_path
 from data import STS_SUBSETS, CorpusError, load_sick, load_stsb, load_sts_year, progress, read_lines
 from model import SentenceEncoder
 
@@ -50,8 +50,9 @@ HERE = Path(__file__).resolve().parent
 # The data folder, and the errors of its files
 # ---------------------------------------------------------------------------
 
-class DataMissingError(SystemExit):
-    """A data file is not there. A SystemExit: uncaught, Python prints the one-line message, no traceback."""
+class DataMissingError(CorpusError):
+    """A data file is not there. A CorpusError: under cli.run (python evaluate.py, the training scripts) it ends
+    the run with its one-line message, no traceback."""
 
 
 class DataFormatError(ValueError):
@@ -845,6 +846,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """python evaluate.py: the table on stdout (and --json). A bad argument exits as argparse does (code 2);
+    any other mistake raises a one-line cli.UsageError, ModelLoadError or CorpusError (DataMissingError is one),
+    which cli.run prints as "error: ..." (code 1)."""
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.fetch_data:
@@ -853,8 +857,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             download.fetch(args.fetch_data, args.sets.split(",") if args.sets else None, args.mirror)
         except download.DownloadError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+            raise cli.UsageError(str(err)) from None
         return 0
     try:
         tasks = parse_tasks(args.tasks)
@@ -865,22 +868,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     problems = [p for p in (missing_file(t, data_dir) for t in tasks if t != "all") if p]
     if problems:  # fail before the model is loaded
-        print(f"error: {problems[0]}", file=sys.stderr)
-        return 2
-    try:
-        device = cli.device(args.device)
-        model_dir = args.model or default_model_path()
-        encoder = SentenceEncoder.from_pretrained(model_dir, pooling=args.pooling).to(device)
-    except (ModelLoadError, cli.UsageError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        raise DataMissingError(problems[0])
+    device = cli.device(args.device)  # cli.UsageError: a device this machine does not have
+    model_dir = args.model or default_model_path()
+    encoder = SentenceEncoder.from_pretrained(model_dir, pooling=args.pooling).to(device)  # or ModelLoadError
     if not args.plain:
         encoder = fast.speed_up_encoder(encoder, device)
     try:
         result = evaluate(encoder, tasks, data_dir, args.batch_size, show_progress=True, split=args.split)
-    except DataFormatError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except DataFormatError as err:  # a malformed data file: one line, as a bad corpus
+        raise CorpusError(str(err)) from None
     print(format_table(result))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -891,4 +888,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main)

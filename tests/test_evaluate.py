@@ -12,9 +12,19 @@ import torch
 from scipy.stats import spearmanr
 from sklearn.metrics import average_precision_score
 
+import cli
 import evaluate as ev
+from data import CorpusError
 
 ASKUBUNTU_TINY = Path(__file__).resolve().parent / "data" / "askubuntu_tiny"
+
+
+def cli_error(argv: list[str]) -> str:
+    """`python evaluate.py ARGV` as its __main__ runs it (cli.run): the one line it exits with (exit code 1)."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run(lambda: ev.main(argv))
+    assert isinstance(exit_info.value.code, str) and "\n" not in exit_info.value.code  # a str: printed, status 1
+    return exit_info.value.code
 
 
 class HashEncoder:
@@ -226,10 +236,13 @@ def test_all_runs_only_tasks_with_data(tmp_path, data_dir):
     assert "SICK_test_annotated.txt" in result["skipped"]["sickr"]
 
 
-def test_cli_missing_data_exits_2_before_loading_a_model(tmp_path, capsys):
-    assert ev.main(["--model", str(tmp_path / "no-model"), "--tasks", "stsb", "--data-dir", str(tmp_path)]) == 2
-    assert "sts-test.csv" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exit_info:
+def test_cli_missing_data_is_one_line_before_loading_a_model(tmp_path):
+    argv = ["--model", str(tmp_path / "no-model"), "--tasks", "stsb", "--data-dir", str(tmp_path)]
+    with pytest.raises(CorpusError, match="sts-test.csv"):  # DataMissingError, not the model's ModelLoadError
+        ev.main(argv)
+    message = cli_error(argv)
+    assert message.startswith(f"error: missing data file {tmp_path}/stsbenchmark/") and "sts-test.csv" in message
+    with pytest.raises(SystemExit) as exit_info:  # argparse's own one line
         ev.main(["--tasks", "stsb,sts17"])
     assert exit_info.value.code == 2
 
