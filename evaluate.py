@@ -40,51 +40,19 @@ from scipy.stats import spearmanr
 
 import cli
 import fast
-from checkpoint import ModelLoadError, default_model_path
+from checkpoint import default_model_path
 from data import STS_SUBSETS, CorpusError, load_sick, load_stsb, load_sts_year, progress, read_lines
 from model import SentenceEncoder
 
 HERE = Path(__file__).resolve().parent
 
 # ---------------------------------------------------------------------------
-# Where the data lives and what it is
+# The data folder, and the errors of its files
 # ---------------------------------------------------------------------------
 
-# Named in the error when a file is missing: which public data set, and where it comes from.
-SOURCES = {
-    "stsbenchmark": "the STS benchmark (Cer et al. 2017, SemEval-2017 Task 1): the official "
-    "Stsbenchmark.tar.gz; senteval/ holds the tokenized copy that SentEval's get_transfer_data.bash makes",
-    "sick": "SICK (Marelli et al. 2014): the SemEval-2014 Task 1 release of SICK-R",
-    "sts12": "STS12 (SemEval-2012 Task 6) in SentEval's layout (data/downstream/STS/STS12-en-test)",
-    "sts13": "STS13 (*SEM 2013 shared task) in SentEval's layout (data/downstream/STS/STS13-en-test)",
-    "sts14": "STS14 (SemEval-2014 Task 10) in SentEval's layout (data/downstream/STS/STS14-en-test)",
-    "sts15": "STS15 (SemEval-2015 Task 2) in SentEval's layout (data/downstream/STS/STS15-en-test)",
-    "sts16": "STS16 (SemEval-2016 Task 1) in SentEval's layout (data/downstream/STS/STS16-en-test)",
-    "twitterpara": "TwitterPara as USEB uses it: the Twitter URL corpus test set (Lan et al. 2017, "
-    "github.com/lanwuwei/Twitter-URL-Corpus) and the PIT-2015 test set (Xu et al. 2015, "
-    "github.com/cocoxu/SemEval-PIT2015)",
-    "askubuntu": "AskUbuntu (Lei et al. 2016, github.com/taolei87/askubuntu): text_tokenized.txt.gz, dev.txt, test.txt",
-}
-
-# Files each task reads, relative to the data dir.
-TASK_FILES = {
-    "stsb": ["stsbenchmark/sts-test.csv", "stsbenchmark/sts-dev.csv",
-             "stsbenchmark/senteval/sts-test.csv", "stsbenchmark/senteval/sts-dev.csv"],
-    "stsb-dev": ["stsbenchmark/sts-dev.csv", "stsbenchmark/senteval/sts-dev.csv"],
-    "sickr": ["sick/SICK_test_annotated.txt"],
-    **{year: [f"{year}/STS.{kind}.{subset}.txt" for subset in subsets for kind in ("input", "gs")]
-       for year, subsets in STS_SUBSETS.items()},
-    "twitterpara": ["twitterpara/Twitter_URL_Corpus_test.txt", "twitterpara/test.data"],
-    "askubuntu": ["askubuntu/text_tokenized.txt.gz", "askubuntu/dev.txt", "askubuntu/test.txt"],
-}
-
-# `--tasks all`, in table order: ConSERT's seven STS columns, then TSDAE's ranking tasks.
-ALL_TASKS = ["sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr", "twitterpara", "askubuntu"]
-AVG7_TASKS = ALL_TASKS[:7]
-
-
-class DataMissingError(SystemExit):
-    """A data file is not there. A SystemExit: uncaught, Python prints the one-line message, no traceback."""
+class DataMissingError(CorpusError):
+    """A data file is not there. A CorpusError: under cli.run (python evaluate.py, the training scripts) it ends
+    the run with its one-line message, no traceback."""
 
 
 class DataFormatError(ValueError):
@@ -94,19 +62,6 @@ class DataFormatError(ValueError):
 def default_data_dir() -> Path:
     """$EVAL_DATA_DIR, else data/ in this repository (where `python evaluate.py --fetch-data data` puts it)."""
     return Path(os.environ.get("EVAL_DATA_DIR") or HERE / "data")
-
-
-def missing_file(task: str, data_dir: Path) -> str | None:
-    """A one-line message naming the first file `task` needs that is absent, or None if all are there."""
-    if task.startswith("rerank:"):
-        path = Path(task.removeprefix("rerank:"))
-        return None if path.is_file() else f"missing re-ranking file {path} (your own jsonl, see evaluate.py)"
-    for rel in TASK_FILES[task]:
-        if not (data_dir / rel).is_file():
-            sets = " --sets useb" if rel.startswith("useb/") else ""  # USEB is not among the default sets
-            return (f"missing data file {data_dir / rel}: it belongs to {SOURCES[rel.split('/')[0]]} "
-                    f"(python evaluate.py --fetch-data {data_dir}{sets} downloads the public sets)")
-    return None
 
 
 # ---------------------------------------------------------------------------
@@ -271,6 +226,8 @@ def load_rerank_jsonl(path: Path) -> list[tuple[str, list[str], list[str]]]:
 # Tasks: each returns (main score, details); all numbers x 100
 # ---------------------------------------------------------------------------
 
+# --- STS: Spearman of the cosine against the gold scores (ConSERT's table) ---------------------------------
+
 def sts_group_scores(encoder, groups: dict[str, list], batch_size: int, show_progress: bool) -> tuple[dict, float]:
     """Spearman of each group of pairs, and over all groups concatenated; one encoding pass for all."""
     pairs = [p for group in groups.values() for p in group]
@@ -315,6 +272,8 @@ def task_sickr(encoder, data_dir: Path, batch_size: int, show_progress: bool) ->
     score = spearman100([p[2] for p in pairs], pair_cosines(encoder, pairs, batch_size, show_progress))
     return score, {"pairs": len(pairs)}
 
+
+# --- Ranking (TSDAE's table, the USEB protocol): TwitterPara, AskUbuntu, your own rerank:PATH ------------------
 
 def task_twitterpara(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
     url = load_twitter_url(data_dir / "twitterpara" / "Twitter_URL_Corpus_test.txt")
@@ -382,16 +341,6 @@ def task_rerank(path: Path):
     return run
 
 
-TASKS = {
-    **{year: task_sts_year(year) for year in STS_SUBSETS},
-    "stsb": task_stsb,
-    "stsb-dev": task_stsb_dev,
-    "sickr": task_sickr,
-    "twitterpara": task_twitterpara,
-    "askubuntu": task_askubuntu,
-}
-
-
 # ---------------------------------------------------------------------------
 # USEB, the TSDAE paper's benchmark (arXiv:2104.06979 §4, tab. 2), scored as the `useb` package scores it
 # ---------------------------------------------------------------------------
@@ -405,22 +354,9 @@ TASKS = {
 # "test" or "valid" (the dev data), and useb-avg is the plain mean of the four rounded scores (useb.run's "avg").
 
 USEB_EVAL = "useb/data-eval"  # relative to the data folder
-USEB_TASKS = ["useb-askubuntu", "useb-cqadupstack", "useb-twitterpara", "useb-scidocs"]  # the `useb` group, in order
 USEB_SPLITS = ("test", "valid")
 CQADUPSTACK_TOP = 100    # USEB's MAP@100: the AP of the 100 best titles of the pool
 CQADUPSTACK_CHUNK = 256  # queries scored at once: no score matrix is larger than (CHUNK, pool)
-
-SOURCES["useb"] = ("USEB (Wang et al. 2021, github.com/UKPLab/useb): its data-eval.zip, which is not among "
-                   "the default sets")
-USEB_FILES = {
-    "useb-askubuntu": ["askubuntu/text_tokenized.txt", "askubuntu/dev.txt", "askubuntu/test.txt"],
-    "useb-cqadupstack": ["cqadupstack/corpus.json", "cqadupstack/retrieval_split.json"],
-    "useb-twitterpara": ["twitterpara/Twitter_URL_Corpus_test.txt", "twitterpara/test.data", "twitterpara/test.label"],
-    "useb-scidocs": ["scidocs/data.json"],
-}
-TASK_FILES.update({task: [f"{USEB_EVAL}/{rel}" for rel in files] for task, files in USEB_FILES.items()})
-TASK_FILES["useb"] = [rel for task in USEB_TASKS for rel in TASK_FILES[task]]
-
 
 def load_json(path: Path):
     """A JSON file; a malformed one raises a one-line DataFormatError naming the file and the line."""
@@ -609,18 +545,6 @@ def task_useb_scidocs(encoder, data_dir: Path, batch_size: int, show_progress: b
     return round(100 * scores["avg"], 2), details
 
 
-TASKS.update({
-    "useb-askubuntu": task_useb_askubuntu,
-    "useb-cqadupstack": task_useb_cqadupstack,
-    "useb-twitterpara": task_useb_twitterpara,
-    "useb-scidocs": task_useb_scidocs,
-})
-
-# ---------------------------------------------------------------------------
-# (end of USEB)
-# ---------------------------------------------------------------------------
-
-
 # ---------------------------------------------------------------------------
 # Alignment and uniformity: the shape of the embedding space (Wang & Isola 2020, arXiv:2005.10242)
 # ---------------------------------------------------------------------------
@@ -703,16 +627,84 @@ def task_align_uniform(encoder, data_dir: Path, batch_size: int, show_progress: 
     return test["uniformity"], {**test, **{f"dev/{name}": value for name, value in dev.items()}}
 
 
-TASKS["align-uniform"] = task_align_uniform
-TASK_FILES["align-uniform"] = ["stsbenchmark/sts-test.csv", "stsbenchmark/sts-dev.csv"]
-
 # ---------------------------------------------------------------------------
-# (end of alignment and uniformity)
+# The tables: every task, the files it reads, the data sets they belong to, the groups
 # ---------------------------------------------------------------------------
 
+# name -> task function, in the order --help and the errors list them.
+TASKS = {
+    **{year: task_sts_year(year) for year in STS_SUBSETS},
+    "stsb": task_stsb,
+    "stsb-dev": task_stsb_dev,
+    "sickr": task_sickr,
+    "twitterpara": task_twitterpara,
+    "askubuntu": task_askubuntu,
+    "useb-askubuntu": task_useb_askubuntu,
+    "useb-cqadupstack": task_useb_cqadupstack,
+    "useb-twitterpara": task_useb_twitterpara,
+    "useb-scidocs": task_useb_scidocs,
+    "align-uniform": task_align_uniform,
+}
+
+# Files each task reads, relative to the data dir.
+TASK_FILES = {
+    "stsb": ["stsbenchmark/sts-test.csv", "stsbenchmark/sts-dev.csv",
+             "stsbenchmark/senteval/sts-test.csv", "stsbenchmark/senteval/sts-dev.csv"],
+    "stsb-dev": ["stsbenchmark/sts-dev.csv", "stsbenchmark/senteval/sts-dev.csv"],
+    "sickr": ["sick/SICK_test_annotated.txt"],
+    **{year: [f"{year}/STS.{kind}.{subset}.txt" for subset in subsets for kind in ("input", "gs")]
+       for year, subsets in STS_SUBSETS.items()},
+    "twitterpara": ["twitterpara/Twitter_URL_Corpus_test.txt", "twitterpara/test.data"],
+    "askubuntu": ["askubuntu/text_tokenized.txt.gz", "askubuntu/dev.txt", "askubuntu/test.txt"],
+    "useb-askubuntu": [f"{USEB_EVAL}/askubuntu/text_tokenized.txt", f"{USEB_EVAL}/askubuntu/dev.txt",
+                       f"{USEB_EVAL}/askubuntu/test.txt"],
+    "useb-cqadupstack": [f"{USEB_EVAL}/cqadupstack/corpus.json", f"{USEB_EVAL}/cqadupstack/retrieval_split.json"],
+    "useb-twitterpara": [f"{USEB_EVAL}/twitterpara/Twitter_URL_Corpus_test.txt", f"{USEB_EVAL}/twitterpara/test.data",
+                         f"{USEB_EVAL}/twitterpara/test.label"],
+    "useb-scidocs": [f"{USEB_EVAL}/scidocs/data.json"],
+    "align-uniform": ["stsbenchmark/sts-test.csv", "stsbenchmark/sts-dev.csv"],
+}
+
+# Named in the error when a file is missing: which public data set (a file's first folder), and where it comes from.
+SOURCES = {
+    "stsbenchmark": "the STS benchmark (Cer et al. 2017, SemEval-2017 Task 1): the official "
+    "Stsbenchmark.tar.gz; senteval/ holds the tokenized copy that SentEval's get_transfer_data.bash makes",
+    "sick": "SICK (Marelli et al. 2014): the SemEval-2014 Task 1 release of SICK-R",
+    "sts12": "STS12 (SemEval-2012 Task 6) in SentEval's layout (data/downstream/STS/STS12-en-test)",
+    "sts13": "STS13 (*SEM 2013 shared task) in SentEval's layout (data/downstream/STS/STS13-en-test)",
+    "sts14": "STS14 (SemEval-2014 Task 10) in SentEval's layout (data/downstream/STS/STS14-en-test)",
+    "sts15": "STS15 (SemEval-2015 Task 2) in SentEval's layout (data/downstream/STS/STS15-en-test)",
+    "sts16": "STS16 (SemEval-2016 Task 1) in SentEval's layout (data/downstream/STS/STS16-en-test)",
+    "twitterpara": "TwitterPara as USEB uses it: the Twitter URL corpus test set (Lan et al. 2017, "
+    "github.com/lanwuwei/Twitter-URL-Corpus) and the PIT-2015 test set (Xu et al. 2015, "
+    "github.com/cocoxu/SemEval-PIT2015)",
+    "askubuntu": "AskUbuntu (Lei et al. 2016, github.com/taolei87/askubuntu): text_tokenized.txt.gz, dev.txt, test.txt",
+    "useb": "USEB (Wang et al. 2021, github.com/UKPLab/useb): its data-eval.zip, which is not among the default sets",
+}
+
+# The groups. `--tasks all`, in table order: ConSERT's seven STS columns, then TSDAE's ranking tasks.
+ALL_TASKS = ["sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr", "twitterpara", "askubuntu"]
+AVG7_TASKS = ALL_TASKS[:7]
+# `--tasks useb`, in order: USEB's four (arXiv:2104.06979 tab. 2), and their mean useb-avg.
+USEB_TASKS = ["useb-askubuntu", "useb-cqadupstack", "useb-twitterpara", "useb-scidocs"]
+
+
+def missing_file(task: str, data_dir: Path) -> str | None:
+    """A one-line message naming the first file `task` (or the group useb) needs that is absent, or None if all
+    are there."""
+    if task.startswith("rerank:"):
+        path = Path(task.removeprefix("rerank:"))
+        return None if path.is_file() else f"missing re-ranking file {path} (your own jsonl, see evaluate.py)"
+    for rel in (rel for name in (USEB_TASKS if task == "useb" else [task]) for rel in TASK_FILES[name]):
+        if not (data_dir / rel).is_file():
+            sets = " --sets useb" if rel.startswith("useb/") else ""  # USEB is not among the default sets
+            return (f"missing data file {data_dir / rel}: it belongs to {SOURCES[rel.split('/')[0]]} "
+                    f"(python evaluate.py --fetch-data {data_dir}{sets} downloads the public sets)")
+    return None
+
 
 # ---------------------------------------------------------------------------
-# The entry points
+# The entry points from Python: evaluate, and the training scripts' dev score
 # ---------------------------------------------------------------------------
 
 def parse_tasks(tasks: str | Sequence[str]) -> list[str]:
@@ -788,16 +780,20 @@ def check_dev_task(task: str, data_dir: str | Path | None) -> None:
         raise CorpusError(f"--eval-task {task}: {e}") from None
     if names == ["all"]:
         raise CorpusError("--eval-task all: give one task (stsb-dev, useb-askubuntu, useb, rerank:PATH, ...)")
-    problem = next(filter(None, (missing_file(t, Path(data_dir)) for t in (USEB_TASKS if task == "useb" else names))),
-                   None)
+    problem = next(filter(None, (missing_file(t, Path(data_dir)) for t in names)), None)
     if problem:
         raise CorpusError(f"--eval-task {task}: {problem}")
 
 
 def stsb_dev_spearman(encoder, data_dir: str | Path | None = None, batch_size: int = 64) -> float:
-    """STS benchmark dev Spearman x 100 (original release): the model-selection score of training scripts."""
-    return evaluate(encoder, ["stsb-dev"], data_dir, batch_size)["stsb-dev"]
+    """STS benchmark dev Spearman x 100 (the original release's sts-dev.csv): the stsb-dev task, which the training
+    scripts select on with --eval-data unless --eval-task names another (they call dev_score, as this does)."""
+    return dev_score(encoder, "stsb-dev", data_dir, batch_size)
 
+
+# ---------------------------------------------------------------------------
+# The command line: python evaluate.py
+# ---------------------------------------------------------------------------
 
 def format_table(result: dict) -> str:
     """The scores as a text table; details indented under each task."""
@@ -850,6 +846,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """python evaluate.py: the table on stdout (and --json). A bad argument exits as argparse does (code 2);
+    any other mistake raises a one-line cli.UsageError, ModelLoadError or CorpusError (DataMissingError is one),
+    which cli.run prints as "error: ..." (code 1)."""
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.fetch_data:
@@ -858,8 +857,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             download.fetch(args.fetch_data, args.sets.split(",") if args.sets else None, args.mirror)
         except download.DownloadError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+            raise cli.UsageError(str(err)) from None
         return 0
     try:
         tasks = parse_tasks(args.tasks)
@@ -870,22 +868,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     problems = [p for p in (missing_file(t, data_dir) for t in tasks if t != "all") if p]
     if problems:  # fail before the model is loaded
-        print(f"error: {problems[0]}", file=sys.stderr)
-        return 2
-    try:
-        device = cli.device(args.device)
-        model_dir = args.model or default_model_path()
-        encoder = SentenceEncoder.from_pretrained(model_dir, pooling=args.pooling).to(device)
-    except (ModelLoadError, cli.UsageError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        raise DataMissingError(problems[0])
+    device = cli.device(args.device)  # cli.UsageError: a device this machine does not have
+    model_dir = args.model or default_model_path()
+    encoder = SentenceEncoder.from_pretrained(model_dir, pooling=args.pooling).to(device)  # or ModelLoadError
     if not args.plain:
         encoder = fast.speed_up_encoder(encoder, device)
     try:
         result = evaluate(encoder, tasks, data_dir, args.batch_size, show_progress=True, split=args.split)
-    except DataFormatError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except DataFormatError as err:  # a malformed data file: one line, as a bad corpus
+        raise CorpusError(str(err)) from None
     print(format_table(result))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -896,4 +888,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main)

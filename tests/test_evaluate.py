@@ -12,9 +12,19 @@ import torch
 from scipy.stats import spearmanr
 from sklearn.metrics import average_precision_score
 
+import cli
 import evaluate as ev
+from data import CorpusError
 
 ASKUBUNTU_TINY = Path(__file__).resolve().parent / "data" / "askubuntu_tiny"
+
+
+def cli_error(argv: list[str]) -> str:
+    """`python evaluate.py ARGV` as its __main__ runs it (cli.run): the one line it exits with (exit code 1)."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run(lambda: ev.main(argv))
+    assert isinstance(exit_info.value.code, str) and "\n" not in exit_info.value.code  # a str: printed, status 1
+    return exit_info.value.code
 
 
 class HashEncoder:
@@ -198,6 +208,15 @@ def test_rerank_jsonl_by_hand(tmp_path):
 # Missing data, "all", the CLI
 # ---------------------------------------------------------------------------
 
+def test_the_tables_name_the_same_tasks():
+    assert list(ev.TASKS) == ["sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "stsb-dev", "sickr", "twitterpara",
+                              "askubuntu", "useb-askubuntu", "useb-cqadupstack", "useb-twitterpara", "useb-scidocs",
+                              "align-uniform"]  # the order --help and the errors list them in
+    assert set(ev.TASK_FILES) == set(ev.TASKS)  # every task's files, no more
+    assert {rel.split("/")[0] for files in ev.TASK_FILES.values() for rel in files} == set(ev.SOURCES)
+    assert set(ev.ALL_TASKS) | set(ev.USEB_TASKS) < set(ev.TASKS) and ev.AVG7_TASKS == ev.ALL_TASKS[:7]
+
+
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(ev.DataMissingError, match=r"SICK_test_annotated\.txt.*SICK \(Marelli"):
         ev.evaluate(HashEncoder(), ["sickr"], tmp_path)
@@ -217,10 +236,13 @@ def test_all_runs_only_tasks_with_data(tmp_path, data_dir):
     assert "SICK_test_annotated.txt" in result["skipped"]["sickr"]
 
 
-def test_cli_missing_data_exits_2_before_loading_a_model(tmp_path, capsys):
-    assert ev.main(["--model", str(tmp_path / "no-model"), "--tasks", "stsb", "--data-dir", str(tmp_path)]) == 2
-    assert "sts-test.csv" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exit_info:
+def test_cli_missing_data_is_one_line_before_loading_a_model(tmp_path):
+    argv = ["--model", str(tmp_path / "no-model"), "--tasks", "stsb", "--data-dir", str(tmp_path)]
+    with pytest.raises(CorpusError, match="sts-test.csv"):  # DataMissingError, not the model's ModelLoadError
+        ev.main(argv)
+    message = cli_error(argv)
+    assert message.startswith(f"error: missing data file {tmp_path}/stsbenchmark/") and "sts-test.csv" in message
+    with pytest.raises(SystemExit) as exit_info:  # argparse's own one line
         ev.main(["--tasks", "stsb,sts17"])
     assert exit_info.value.code == 2
 

@@ -13,6 +13,7 @@ import torch
 
 import evaluate as ev
 from test_evaluate import HashEncoder  # a fixed pseudo-random 8-d vector per text
+from test_evaluate import cli_error  # python evaluate.py ARGV's one-line error, as cli.run gives it
 
 ROOT = Path(__file__).resolve().parent.parent
 SPLITS = ["valid", "test"]
@@ -398,11 +399,10 @@ def test_the_command_line_scores_useb_and_reports_a_bad_file_in_one_line(useb_da
 
     path = copy_of(useb_data, tmp_path / "bad", "askubuntu") / "test.txt"
     path.write_text(path.read_text().replace("\t", "", 1))
-    assert ev.main([*argv, "--data-dir", str(tmp_path / "bad"), "--tasks", "useb-askubuntu"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith(f"error: {path}:1: want query id") and "Traceback" not in "".join(err)
-    assert ev.main([*argv, "--data-dir", str(tmp_path / "bad"), "--tasks", "useb"]) == 2  # before loading a model
-    assert "useb/data-eval/cqadupstack/corpus.json" in capsys.readouterr().err
+    message = cli_error([*argv, "--data-dir", str(tmp_path / "bad"), "--tasks", "useb-askubuntu"])
+    assert message.startswith(f"error: {path}:1: want query id") and "Traceback" not in capsys.readouterr().err
+    message = cli_error([*argv, "--data-dir", str(tmp_path / "bad"), "--tasks", "useb"])  # before loading a model
+    assert "useb/data-eval/cqadupstack/corpus.json" in message
 
 
 # ---------------------------------------------------------------------------
