@@ -4,10 +4,8 @@
     python bench/ab.py --only tsdae --steps 60
 
 For TSDAE the reference is the full fast path; each other version leaves ONE piece out (or is the plain path),
-so "fast / without" < 1 means the piece makes the step faster. LabelOnlyTSDAELoss's packed decoder needs
-SentenceVectorAttention, so that one is measured on the plain loss: "PackedBert only" against "PackedBert +
-SentenceVectorAttention". Every version trains its own copy of the same
-weights on the same batches (the bench's STS-benchmark sentences, batch 8, max length 75, AdamW, clip 1.0);
+so "fast / without" < 1 means the piece makes the step faster (PackedDecoder includes its SentenceVectorAttention
+and VocabularyCrossEntropy: the packed rows need both). Every version trains its own copy of the same weights on the same batches (the bench's STS-benchmark sentences, batch 8, max length 75, AdamW, clip 1.0);
 step k of every version runs before step k + 1 of any, so a machine that slows down slows all of them alike.
 Reported: the ratio of total times, and the median over steps of the per-step ratio.
 """
@@ -38,12 +36,11 @@ from model import SentenceEncoder  # noqa: E402
 CPU = torch.device("cpu")
 
 TSDAE_VERSIONS = {  # name -> the fast pieces it has
-    "fast": ("PackedBert", "SentenceVectorAttention", "LabelOnlyTSDAELoss"),
+    "fast": ("PackedBert", "PackedDecoder", "gradient_memory"),
     "plain": (),
-    "fast without PackedBert": ("SentenceVectorAttention", "LabelOnlyTSDAELoss"),
-    "fast without LabelOnlyTSDAELoss": ("PackedBert", "SentenceVectorAttention"),
-    "PackedBert only": ("PackedBert",),
-    "fast without gradient_memory": ("PackedBert", "SentenceVectorAttention", "LabelOnlyTSDAELoss", "no gradient_memory"),
+    "fast without PackedBert": ("PackedDecoder", "gradient_memory"),
+    "fast without PackedDecoder": ("PackedBert",),
+    "fast without gradient_memory": ("PackedBert", "PackedDecoder"),
 }
 
 
@@ -51,19 +48,17 @@ def tsdae_objective(model_path: str, pieces: tuple[str, ...]) -> torch.nn.Module
     """A TSDAE objective with the given fast pieces put in, the others plain. The same weights every time."""
     torch.manual_seed(SEED)  # the new cross-attention weights too
     plain = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(model_path, pooling="cls", max_length=TRAIN_MAX_LENGTH))
-    objective = fast.speed_up_tsdae(plain, CPU) if "LabelOnlyTSDAELoss" in pieces else plain
-    if "no gradient_memory" in pieces:  # a fresh (V, d) tensor for E's gradient every step
-        objective.gradient_memory = lambda E: None
-    if ("PackedBert" in pieces) != isinstance(objective.encoder.bert, fast.PackedBert):
-        if "PackedBert" in pieces:
-            objective = fast.replaced(objective, encoder=fast.speed_up_encoder(objective.encoder, CPU))
-        else:  # back to the plain Bert, with the fast loss's sparse lookups
-            bert = fast.replaced(plain.encoder.bert, embeddings=objective.encoder.bert.embeddings)
-            objective.encoder = fast.replaced(objective.encoder, bert=bert)
-    cross = fast.SentenceVectorAttention if "SentenceVectorAttention" in pieces else lambda attn: attn
-    layers = [fast.replaced(layer, cross_attn=cross(plain_layer.cross_attn))
-              for layer, plain_layer in zip(objective.decoder.layers, plain.decoder.layers)]
-    return fast.replaced(objective, decoder=fast.replaced(objective.decoder, layers=torch.nn.ModuleList(layers))).train()
+    if not pieces:
+        return plain.train()
+    objective = fast.speed_up_tsdae(plain, CPU)
+    if "PackedBert" not in pieces:  # the plain Bert, with the fast path's sparse lookup
+        bert = fast.replaced(plain.encoder.bert, embeddings=objective.encoder.bert.embeddings)
+        objective = fast.replaced(objective, encoder=fast.replaced(objective.encoder, bert=bert))
+    if "PackedDecoder" not in pieces:  # the plain decoder (its dense lookup and vocabulary cross-entropy)
+        objective = fast.replaced(objective, decoder=plain.decoder)
+    elif "gradient_memory" not in pieces:  # a fresh (V, d) tensor for E's gradient every step
+        objective.decoder.gradient_memory = lambda E: None
+    return objective.train()
 
 
 def consert_objective(model_path: str, packed: bool) -> torch.nn.Module:

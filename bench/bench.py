@@ -84,6 +84,7 @@ import fast  # noqa: E402
 import model  # noqa: E402
 import train  # noqa: E402
 import tsdae  # noqa: E402
+import tsdae_train  # noqa: E402
 
 TRAIN_BATCH, TRAIN_MAX_LENGTH, LR, GRAD_CLIP = 8, 75, 3e-5, 1.0
 ENCODE_BATCH = 64
@@ -269,13 +270,13 @@ class _PairsByKey(torch.utils.data.Dataset):
 
 
 def our_tsdae_batches(work: dict, encoder, device: torch.device, bucketing: bool = False):
-    """Our batches exactly as `python tsdae.py` would make them (tsdae.make_loader with the CLI's defaults:
+    """Our batches exactly as `python tsdae.py` would make them (tsdae_train.pair_loader with the CLI's defaults:
     plain shuffled batches, or length buckets with --bucketing; its padding, workers and pinned memory on
     CUDA), but over the prepared pairs, so the noise is not drawn inside the timed loop.
     Returns (batch order, loader factory)."""
-    args = tsdae.parse_args(["--corpus", "unused", "--max-length", str(TRAIN_MAX_LENGTH)]
+    args = tsdae_train.parse_args(["--corpus", "unused", "--max-length", str(TRAIN_MAX_LENGTH)]
                             + (["--bucketing"] if bucketing else []))
-    reference = tsdae.make_loader(work["train_sentences"], encoder, args, device)
+    reference = tsdae_train.pair_loader(work["train_sentences"], encoder, args, device)
     order = reference.batch_sampler.batches(0)
     loader = lambda batches: torch.utils.data.DataLoader(
         _PairsByKey(work["pairs"]), batch_sampler=[[(0, i) for i in b] for b in batches],
@@ -434,7 +435,7 @@ def tokens_computed(work: dict, encoder) -> dict:
     ours = dict.fromkeys(real, 0)
     for b in loader(order):
         ours["encoder"] += int(b["damaged_mask"].sum())  # fast.PackedBert: real tokens only
-        ours["decoder"] += int(b["original_mask"][:, 1:].sum())  # LabelOnlyTSDAELoss.decoder_states: label positions
+        ours["decoder"] += int(b["original_mask"][:, 1:].sum())  # fast.PackedDecoder: label positions
         ours["lm_head"] += int(b["original_mask"][:, 1:].sum())  # and the LM head at label positions only
     batches, collated = their_tsdae_batches(work)
     theirs = dict.fromkeys(real, 0)

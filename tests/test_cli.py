@@ -179,22 +179,40 @@ def test_runtime_requirements_do_not_pull_the_test_oracles():
                                                    "pytrec_eval") for n in names), path
 
 
-def test_the_import_graph_has_no_cycle():
+def project_imports(tree: ast.AST, modules: set[str]) -> set[str]:
+    return {n.split(".")[0] for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+            for n in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
+            if n.split(".")[0] in modules}
+
+
+def is_main_block(node: ast.AST) -> bool:
+    """`if __name__ == "__main__":`, a script's entry point: it runs only as `python FILE.py`, never on import."""
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+            and getattr(node.test.left, "id", None) == "__name__")
+
+
+def test_the_import_graph_has_layers_and_no_cycle():
+    """What importing a module imports: no cycle; the two methods import only the layers below them (model, data,
+    the weights' files) and sit at the same height, as do their experiments; `python tsdae.py` and `python
+    consert.py` hand their command line to the experiment beside them, and to nothing else."""
     modules = {path.stem for path in ROOT.glob("*.py")}
-    graph = {}
+    graph, entry = {}, {}
     for name in modules:
         tree = ast.parse((ROOT / f"{name}.py").read_text(encoding="utf-8"))
-        graph[name] = {n.split(".")[0] for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-                       for n in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
-                       if n.split(".")[0] in modules}
+        mains = [node for node in tree.body if is_main_block(node)]
+        tree.body = [node for node in tree.body if not is_main_block(node)]
+        graph[name], entry[name] = project_imports(tree, modules), project_imports(ast.Module(mains, []), modules)
 
-    def visit(name: str, path: tuple[str, ...]) -> None:
-        assert name not in path, " -> ".join(path + (name,))
-        for other in graph[name]:
-            visit(other, path + (name,))
+    def height(name: str, path: tuple[str, ...] = ()) -> int:
+        assert name not in path, " -> ".join(path + (name,))  # a cycle
+        return 1 + max((height(other, path + (name,)) for other in graph[name]), default=0)
 
-    for name in modules:
-        visit(name, ())
+    heights = {name: height(name) for name in modules}
+    for method in ("tsdae", "consert"):
+        assert graph[method] <= {"model", "data", "checkpoint"}, (method, graph[method])
+        assert entry[method] == {"cli", f"{method}_train"}, (method, entry[method])
+        assert method in graph[f"{method}_train"]
+    assert heights["tsdae"] == heights["consert"] and heights["tsdae_train"] == heights["consert_train"], heights
 
 
 # ---------------------------------------------------------------- examples/plot_log.py
