@@ -238,8 +238,10 @@ class PackedDecoder(tsdae.TSDAEDecoder):
         return new
 
     def forward(self, input_ids: torch.Tensor, sentence_vec: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-        """The rows (T, d) of tsdae.TSDAEDecoder.forward(input_ids, sentence_vec, keep)."""
+        """The rows (T, d) of tsdae.TSDAEDecoder.forward(input_ids, sentence_vec, keep); without keep, (B, L, d)."""
         B, L = input_ids.shape
+        if keep is None:
+            return self(input_ids, sentence_vec, torch.ones_like(input_ids, dtype=torch.bool)).view(B, L, -1)
         packing = Packing.of(keep)
         positions = (packing.index % L)[None, :]  # (1, T): each token's position in its sentence
         x = self.embeddings(input_ids.reshape(1, -1)[:, packing.index], positions)[0]  # (T, d)
