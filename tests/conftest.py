@@ -86,3 +86,40 @@ def on_path(request):
 
     convert.name = request.param
     return convert
+
+
+# The quick loop for contributors (`python -m pytest -m quick`): a few fast tests of every module, about a minute on
+# 2 cores. The full suite stays CI's command.
+QUICK = {
+    "test_model.py": ["test_attention_formula_equals_the_fused_kernel", "test_pooling_ignores_padding",
+                      "test_safetensors_dtypes_round_trip", "test_truncated_safetensors",
+                      "test_wrong_shape_missing_and_unexpected_in_one_error",
+                      "test_pad_to_longest_or_multiple_of_8_and_truncate_keeps_sep"],
+    "test_tsdae.py": ["test_deletion_removes_60_percent_and_never_everything", "test_decoder_sees_only_the_cls_vector",
+                      "test_loss_is_the_cross_entropy_over_real_label_tokens", "test_tied_weights_are_one_tensor",
+                      "test_resume_continues_the_same_loss_sequence"],
+    "test_fast.py": ["test_vocabulary_cross_entropy_equals_the_plain_formula",
+                     "test_sentence_vector_attention_equals_general_attention_over_one_key",
+                     "test_word_matrix_gradient_is_summed_without_vocabulary_sized_temporaries"],
+    "test_consert.py": ["test_nt_xent_equals_a_double_loop", "test_a_copy_of_a_sentence_in_the_batch_is_not_its_negative",
+                        "test_token_cutoff_zeroes_int_n_rate_real_token_rows_and_nothing_else",
+                        "test_feature_cutoff_zeroes_int_d_rate_whole_columns_and_nothing_else",
+                        "test_each_strategy_gets_the_official_scripts_settings",
+                        "test_official_optimizer_is_adamw_without_bias_correction_warmed_up_from_zero"],
+    "test_cli.py": ["test_the_import_graph_has_layers_and_no_cycle", "test_bad_arguments_are_refused_in_one_line"],
+    "test_evaluate.py": ["test_average_precision_hand_cases", "test_query_metrics_and_stable_rerank",
+                         "test_the_tables_name_the_same_tasks", "test_sts_loaders_counts"],
+    "test_useb.py": ["test_trec_eval_ap_by_hand_and_against_pytrec_eval"],
+    "test_distributed.py": ["test_sampler_shards_cover_the_corpus_exactly_once"],
+    "test_download.py": ["test_fetch_from_mirror_gives_the_same_bytes_and_a_second_call_downloads_nothing",
+                         "test_a_corrupt_file_is_refused_and_nothing_is_left_behind"],
+    "test_inspect.py": ["test_no_value_can_break_the_yaml", "test_corpus_fingerprint_and_command_line"],
+    "test_architectures.py": ["test_an_unsupported_type_names_the_supported_ones"],
+    "test_assignments.py": ["test_student_copy_keeps_signatures_and_docstrings_and_blanks_the_rest"],
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.originalname in QUICK.get(item.path.name, ()):
+            item.add_marker(pytest.mark.quick)

@@ -53,11 +53,11 @@ def test_help_has_a_line_for_every_flag_and_each_default_once(make_parser):
 
 
 @pytest.mark.parametrize("module, args, message", [
-    (tsdae, ["--steps", "-5"], "--steps must be at least 1 (got -5)"),
-    (tsdae, ["--batch-size", "0"], "--batch-size must be at least 1 (got 0)"),
-    (tsdae, ["--epochs", "0"], "--epochs must be at least 1"),
-    (tsdae, ["--lr", "0"], "--lr must be > 0"),
-    (tsdae, ["--noise-ratio", "1.0"], "--noise-ratio must be in [0, 1)"),
+    (tsdae_train, ["--steps", "-5"], "--steps must be at least 1 (got -5)"),
+    (tsdae_train, ["--batch-size", "0"], "--batch-size must be at least 1 (got 0)"),
+    (tsdae_train, ["--epochs", "0"], "--epochs must be at least 1"),
+    (tsdae_train, ["--lr", "0"], "--lr must be > 0"),
+    (tsdae_train, ["--noise-ratio", "1.0"], "--noise-ratio must be in [0, 1)"),
     (consert_train, ["--steps", "0"], "--steps must be at least 1"),
     (consert_train, ["--temperature", "-1"], "--temperature must be > 0"),
     (consert_train, ["--rate1", "1.0"], "--rate1 must be in [0, 1)"),
