@@ -1,17 +1,22 @@
-"""The command-line toolkit of tsdae.py, consert.py and evaluate.py.
+"""The command-line toolkit of the scripts: tsdae.py, consert_train.py (which `python consert.py` runs),
+evaluate.py, examples/reconstruct.py and bench/. Only scripts import it: the layers below (train.py, the
+methods, model.py, card.py, data.py, checkpoint.py) know no command line.
 
   ArgumentParser, HelpFormatter   argparse with one-line errors, and --help with each default shown once
   add_run_arguments               the flags every training run has (--out, --resume, --device, --amp, ...)
   check_arguments                 numbers in range, one line per mistake
   check_out_folder                a run folder is never silently reused
-  model_card                      what a run's saved models say of how they were made (README.md)
+  model_card                      what a run's saved models say of how they were made (README.md, card.py)
+  non_default_settings, command_line   the run's arguments as the card lists them
   device                          --device as a torch.device, with one-line errors
+  UsageError                      a run that cannot go on as asked (defined in data.py, for the layers below)
   run                             a script's entry point: a user's mistake ends in one line, not a traceback
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -19,15 +24,11 @@ from typing import Callable
 
 import torch
 
+import card
 import checkpoint
 import distributed
 from checkpoint import ModelLoadError
-from data import CorpusError
-
-
-class UsageError(Exception):
-    """A run that cannot go on as asked (an unavailable device, a run folder in use, a loss that became NaN).
-    The message is one line, meant for the user."""
+from data import UsageError  # defined below the scripts, so train.py can raise one; cli.UsageError to them
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -84,12 +85,38 @@ def add_selection_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup
 def model_card(method: str, parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str] | None,
                sentences: list[str], pooling: str, lr: float, corpus: str | None = None) -> Callable:
     """The model card of a run's saved models, as a function of where the run stands (steps, best dev score)."""
-    lines, digest = checkpoint.corpus_fingerprint(sentences)
+    lines, digest = card.corpus_fingerprint(sentences)
     fixed = dict(method=method, base_model=str(args.model or checkpoint.default_model_path()), pooling=pooling,
                  corpus=str(corpus or args.corpus), corpus_lines=lines, corpus_sha256=digest, batch_size=args.batch_size,
-                 lr=lr, command=checkpoint.command_line(argv), non_default_settings=checkpoint.non_default_settings(
-                     parser, args), dev_metric=args.eval_task if args.eval_data else None)
-    return lambda state: checkpoint.ModelCard(**fixed, steps=state.step, dev_score=state.best)
+                 lr=lr, command=command_line(argv), non_default_settings=non_default_settings(parser, args),
+                 dev_metric=args.eval_task if args.eval_data else None)
+    return lambda state: card.ModelCard(**fixed, steps=state.step, dev_score=state.best)
+
+
+def non_default_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, object]:
+    """{flag: value} for each argument of an argparse parser whose value in `args` differs from its default,
+    in the parser's order (a positional argument by its name). Paths become strings."""
+    settings = {}
+    for action in parser._actions:  # argparse keeps every argument here, groups included
+        if not action.dest or not hasattr(args, action.dest) or action.dest == "help":
+            continue
+        value, default = getattr(args, action.dest), parser.get_default(action.dest)
+        if isinstance(default, str) and action.type is not None and not isinstance(value, str):
+            try:  # argparse passes a string default through `type`, as if it were typed
+                default = action.type(default)
+            except (TypeError, ValueError):
+                pass
+        if value != default:
+            name = max(action.option_strings, key=len) if action.option_strings else action.dest
+            settings[name] = str(value) if isinstance(value, Path) else value
+    return settings
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """`python SCRIPT ARGS` as a shell would take it back: sys.argv, or the script's name and `argv` when a
+    main(argv) was called from Python."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    return shlex.join(["python", sys.argv[0], *map(str, args)])
 
 
 def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace, positive: tuple[str, ...] = (),
@@ -159,7 +186,7 @@ def run(main: Callable[[], int]) -> None:
     """A script's entry point: a user's mistake (bad corpus, bad model folder, NaN loss) ends in one line."""
     try:
         sys.exit(main())
-    except (CorpusError, ModelLoadError, UsageError) as e:
+    except (ModelLoadError, UsageError) as e:  # a UsageError: data.CorpusError and train.TrainingStopped too
         sys.exit(f"error: {e}")
     except NotImplementedError as e:  # a student copy's blanked exercise (assignments.py) on the training path
         sys.exit(f"error: not written yet: {e}")

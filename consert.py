@@ -12,6 +12,7 @@ Read top to bottom:
   1. the views (§3.3)                  shuffle, token / feature cutoff, span, dropout, adversarial (FGV)
   2. the contrastive loss (§3.2)       nt_xent
   3. the objective (§3.2, §3.4)        ConSERTLoss: encode view 1, encode view 2, NT-Xent (+ NLI classifier)
+  4. its batches                       SentenceDataset, NLIDataset, their collate functions, sentence_keys
 The experiment (the official settings of each strategy, stage by stage, the command line) is consert_train.py;
 `python consert.py` runs it.
 """
@@ -22,7 +23,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 
+from data import pad, tokenize
 from model import MultiHeadAttention, SentenceEncoder, pool
 
 # ----------------------------------------------------------------------------
@@ -210,7 +213,7 @@ class ConSERTLoss(nn.Module):
     NLI pairs {premise_*, hypothesis_*, labels} (needs nli_classes > 0): the supervised loss, softmax
     cross-entropy of a linear classifier on nli_features(u, v) of the unaugmented vectors (§3.4); with
     joint=True plus cl_weight * (NT-Xent of the premises' views + NT-Xent of the hypotheses' views).
-    The *_keys of a batch number its sentences, equal for identical ones (data.sentence_keys).
+    The *_keys of a batch number its sentences, equal for identical ones (sentence_keys, section 4).
 
     cl_weight: the official code multiplies the contrastive loss by cl_rate = 0.15 in every setting, also
     when it is the only loss; with AdamW a constant factor then matters only through gradient clipping.
@@ -237,7 +240,8 @@ class ConSERTLoss(nn.Module):
         return self.layers_and_pool(x, attention_mask)
 
     def layers_and_pool(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Mean of the last layer over the real tokens, as the official training pools. (B, d)"""
+        """The last layer, pooled as the encoder pools (encoder.pooling; consert_train.py builds it with mean
+        pooling over the real tokens, as the official training pools). (B, d)"""
         return pool(self.encoder.bert.run_layers(x, attention_mask), attention_mask, self.encoder.pooling)
 
     def unaugmented(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> UnaugmentedPass:
@@ -295,6 +299,62 @@ class ConSERTLoss(nn.Module):
             + self.contrastive(batch["hypothesis_ids"], batch["hypothesis_mask"], batch["hypothesis_keys"],
                                hypothesis, supervised))
         return supervised + self.cl_weight * contrastive
+
+
+# ----------------------------------------------------------------------------
+# 4. The batches the objective reads: unlabelled sentences, or NLI pairs (§3.4), with keys for their copies.
+# An item is built from its key (epoch, index) (data.BatchSampler); the collate function pads a batch of items.
+
+NLI_LABELS = {"contradiction": 0, "entailment": 1, "neutral": 2}  # the label ids of the official ConSERT code
+
+
+class SentenceDataset(torch.utils.data.Dataset):
+    """Item (epoch, i) -> token ids of sentence i."""
+
+    def __init__(self, sentences: list[str], tokenizer: Tokenizer, max_length: int):
+        self.sentences, self.tokenizer, self.max_length = sentences, tokenizer, max_length
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def __getitem__(self, key: tuple[int, int]) -> list[int]:
+        return tokenize(self.tokenizer, [self.sentences[key[1]]], self.max_length)[0]
+
+
+def sentence_keys(items: list[list[int]]) -> torch.Tensor:
+    """A number per sentence, equal exactly for identical token sequences (Python's hash of the ids, the same in
+    every process): how ConSERT's NT-Xent recognises a sentence's copies in a batch. (N,) int64"""
+    return torch.tensor([hash(tuple(ids)) for ids in items], dtype=torch.long)
+
+
+def collate_sentences(items: list[list[int]], pad_id: int = 0, multiple: int = 1) -> dict[str, torch.Tensor]:
+    input_ids, attention_mask = pad(items, pad_id, multiple)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "sentence_keys": sentence_keys(items)}
+
+
+class NLIDataset(torch.utils.data.Dataset):
+    """Item (epoch, i) -> (premise ids, hypothesis ids, label id) of pair i (consert_train.read_nli's pairs)."""
+
+    def __init__(self, pairs: list[tuple[str, str, int]], tokenizer: Tokenizer, max_length: int):
+        self.pairs, self.tokenizer, self.max_length = pairs, tokenizer, max_length
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[list[int], list[int], int]:
+        premise, hypothesis, label = self.pairs[key[1]]
+        p, h = tokenize(self.tokenizer, [premise, hypothesis], self.max_length)
+        return p, h, label
+
+
+def collate_nli(items: list[tuple[list[int], list[int], int]], pad_id: int = 0,
+                multiple: int = 1) -> dict[str, torch.Tensor]:
+    premise_ids, premise_mask = pad([p for p, _, _ in items], pad_id, multiple)
+    hypothesis_ids, hypothesis_mask = pad([h for _, h, _ in items], pad_id, multiple)
+    return {"premise_ids": premise_ids, "premise_mask": premise_mask, "hypothesis_ids": hypothesis_ids,
+            "hypothesis_mask": hypothesis_mask, "labels": torch.tensor([label for _, _, label in items]),
+            "premise_keys": sentence_keys([p for p, _, _ in items]),
+            "hypothesis_keys": sentence_keys([h for _, h, _ in items])}
 
 
 if __name__ == "__main__":  # python consert.py --corpus ...: the experiment around this method, consert_train.py

@@ -2,13 +2,18 @@
 stage, and the command line (`python consert.py` and `python consert_train.py` run it).
 
   OFFICIAL, stages     the official scripts' settings (yym6472/ConSERT), with the command line's instead
+  official_lr_factor, OfficialAdamW   the official code's warm-up and AdamW (--optimizer official)
   make_parser          every flag
+  read_nli, sts_corpus the inputs: NLI pairs (.jsonl or SICK), the official unsupervised set (STS12-16, STS-b, SICK)
+  stage_loader         the batches of one stage (consert.py's data sets over data.make_loader)
   run_stage            one stage = one call of train.train: the encoder, the objective, the batches, the settings
   main                 read the inputs, then run the strategy's stages
 """
 from __future__ import annotations
 
 import argparse
+import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -21,8 +26,11 @@ import evaluate
 import fast
 import train
 from checkpoint import default_model_path
-from consert import NLI_FEATURES, VIEW_NAMES, ConSERTLoss, View, check_views, switch_off_dropout
+from consert import (NLI_FEATURES, NLI_LABELS, VIEW_NAMES, ConSERTLoss, NLIDataset, SentenceDataset, View, check_views,
+                     collate_nli, collate_sentences, switch_off_dropout)
+from data import STS_SUBSETS, CorpusError, load_sick, load_stsb, read_corpus, read_lines
 from model import SentenceEncoder
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -52,6 +60,44 @@ OFFICIAL = {
     "joint-unsup": [Stage("joint", NLI_VIEWS, lr=2e-5, epochs=1, dropout=True, patience=0),
                     Stage("unsup", (View("none"), View("shuffle")), lr=5e-7, epochs=25, dropout=True, patience=10)],
 }
+
+
+def official_lr_factor(step: int, settings: train.TrainSettings) -> float:
+    """The official code's schedule (--optimizer official; train.TrainSettings.lr_factor_fn), transformers'
+    get_linear_schedule_with_warmup: a linear warm-up over ceil(steps * warmup_ratio) steps that starts at
+    step / warmup = 0, so its first step changes nothing, then linear decay to 0 (the official decay is always
+    linear: settings.schedule is not read). train.lr_factor's own warm-up ends at (step + 1) / warmup = 1."""
+    warmup = math.ceil(settings.steps * settings.warmup_ratio)
+    if step < warmup:
+        return step / warmup
+    return max(0.0, (settings.steps - step) / max(1, settings.steps - warmup))
+
+
+class OfficialAdamW(torch.optim.Optimizer):
+    """The AdamW that the official ConSERT code runs (transformers' old AdamW with correct_bias=False): Adam's
+    moments without their bias correction, and the weight decay applied after the update. With steady gradients
+    the un-corrected step at step t is (1 - b1^t) / sqrt(1 - b2^t) times PyTorch's bias-corrected one: 3.16x at
+    t = 1, rising to about 6.6x around step 12, then fading toward 1 as t grows (3.2x at step 100, 1.26x at
+    1000). For reproducing the official numbers (--optimizer official; train.TrainSettings.optimizer_fn)."""
+
+    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": 0.0})
+
+    @torch.no_grad()
+    def step(self, closure=None) -> None:
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(p), torch.zeros_like(p)
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                m.mul_(beta1).add_(p.grad, alpha=1 - beta1)  # m = b1 m + (1 - b1) g
+                v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)  # v = b2 v + (1 - b2) g^2
+                p.addcdiv_(m, v.sqrt().add_(group["eps"]), value=-group["lr"])  # p -= lr m / (sqrt(v) + eps)
+                p.add_(p, alpha=-group["lr"] * group["weight_decay"])  # p -= lr wd p
 
 
 def stages(args: argparse.Namespace) -> list[Stage]:
@@ -165,16 +211,102 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def make_loader(stage: Stage, inputs: list, encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
-                rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
+# ----------------------------------------------------------------------------
+# The experiment's inputs: NLI pairs, and the official unsupervised set (the STS sentences)
+
+
+def read_nli(path: str | Path, bad_bytes: str = "error") -> list[tuple[str, str, int]]:
+    """(premise, hypothesis, label id) pairs from
+      - JSON lines with "premise", "hypothesis", "label" (SNLI's own "sentence1", "sentence2", "gold_label" too), or
+      - a SICK file: tab-separated, a header naming sentence_A, sentence_B and entailment_judgment
+        (the SemEval splits) or entailment_label (SICK.txt).
+    Labels are entailment / neutral / contradiction, any case; pairs labelled "-" (no consensus) are skipped."""
+    read_corpus(path, bad_bytes)  # the checks every input file gets: exists, text, UTF-8, not empty
+    path = Path(path)
+    lines = []  # (line number, text); read again because read_corpus folds the tabs SICK needs
+    for n, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        try:
+            lines.append((n, raw.decode("utf-8")))
+        except UnicodeDecodeError:  # read_corpus has already stopped on these unless told to skip/replace
+            if bad_bytes == "replace":
+                lines.append((n, raw.decode("utf-8", errors="replace")))
+    lines = [(n, text) for n, text in lines if text.strip()]
+    rows = _nli_json_rows(path, lines) if lines[0][1].lstrip().startswith("{") else _nli_tsv_rows(path, lines)
+    pairs = []
+    for n, premise, hypothesis, label in rows:
+        label = str(label).strip().lower()
+        if label == "-":
+            continue
+        if label not in NLI_LABELS:
+            raise CorpusError(f"{path} line {n}: label '{label}' is not entailment, neutral or contradiction")
+        pairs.append((premise, hypothesis, NLI_LABELS[label]))
+    if not pairs:
+        raise CorpusError(f"{path} has no labelled NLI pairs")
+    return pairs
+
+
+def _nli_json_rows(path: Path, lines: list[tuple[int, str]]) -> list[tuple[int, str, str, str]]:
+    rows = []
+    for n, text in lines:
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            raise CorpusError(f"{path} line {n} is not valid JSON") from None
+        row = [obj.get(a, obj.get(b)) if isinstance(obj, dict) else None
+               for a, b in (("premise", "sentence1"), ("hypothesis", "sentence2"), ("label", "gold_label"))]
+        if any(not isinstance(x, str) for x in row):
+            raise CorpusError(f'{path} line {n}: expected string fields "premise", "hypothesis" and "label"')
+        rows.append((n, *row))
+    return rows
+
+
+def _nli_tsv_rows(path: Path, lines: list[tuple[int, str]]) -> list[tuple[int, str, str, str]]:
+    header = lines[0][1].split("\t")
+    label_column = next((c for c in ("entailment_judgment", "entailment_label") if c in header), None)
+    if "sentence_A" not in header or "sentence_B" not in header or label_column is None:
+        raise CorpusError(f"{path}: not an NLI file: give JSON lines with premise/hypothesis/label, or a SICK "
+                          "file whose header has sentence_A, sentence_B and entailment_judgment")
+    columns = [header.index(c) for c in ("sentence_A", "sentence_B", label_column)]
+    rows = []
+    for n, text in lines[1:]:
+        fields = text.split("\t")
+        if len(fields) <= max(columns):
+            raise CorpusError(f"{path} line {n} has {len(fields)} tab-separated fields, the header {len(header)}")
+        rows.append((n, *(fields[c] for c in columns)))
+    return rows
+
+
+def sts_corpus(data_dir: str | Path) -> list[str]:
+    """ConSERT's official unsupervised training set (arXiv:2105.11741 §4.1): every sentence of the STS12-16
+    inputs (scored or not), of the STS benchmark train/dev/test (the SentEval copies the official code reads)
+    and of SICK train/trial/test, duplicates kept. No label is read. The official count is 89,192."""
+    data_dir = Path(data_dir)
+    sts = [data_dir / year / f"STS.input.{subset}.txt" for year, subsets in STS_SUBSETS.items() for subset in subsets]
+    stsb = [data_dir / "stsbenchmark" / "senteval" / f"sts-{split}.csv" for split in ("train", "dev", "test")]
+    sick = [data_dir / "sick" / f"SICK_{split}.txt" for split in ("train", "trial", "test_annotated")]
+    for path in sts + stsb + sick:
+        if not path.is_file():
+            raise CorpusError(f"--sts-corpus: missing {path} (the README's \"Data\" section lists the layout)")
+    sentences = [s for path in sts for line in read_lines(path) for s in line.split("\t")[:2]]
+    sentences += [s for path in stsb for s1, s2, _ in load_stsb(path) for s in (s1, s2)]
+    sentences += [s for path in sick for s1, s2, _ in load_sick(path) for s in (s1, s2)]
+    return [s.strip() for s in sentences if s.strip()]
+
+
+# ----------------------------------------------------------------------------
+# The run: a stage's batches, a stage, the strategy's stages
+
+
+def stage_loader(stage: Stage, inputs: list, encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
+                 rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
     """Plain shuffled batches, as the official DataLoader(shuffle=True) gives them: the batch decides which
     sentences are each other's negatives. With --bucketing, batches of similar length (by the pair's length for NLI)."""
     tokenizer, max_length = encoder.tokenizer, encoder.max_length
     if stage.kind == "unsup":
-        dataset, collate = data.SentenceDataset(inputs, tokenizer, max_length), data.collate_sentences
+        dataset, collate = SentenceDataset(inputs, tokenizer, max_length), collate_sentences
         lengths = data.token_lengths(tokenizer, inputs, max_length)
     else:
-        dataset, collate = data.NLIDataset(inputs, tokenizer, max_length), data.collate_nli
+        dataset, collate = NLIDataset(inputs, tokenizer, max_length), collate_nli
         lengths = (data.token_lengths(tokenizer, [p for p, _, _ in inputs], max_length)
                    + data.token_lengths(tokenizer, [h for _, h, _ in inputs], max_length))
     return data.make_loader(dataset, lengths=lengths, collate=collate, pad_id=encoder.bert.cfg.pad_token_id,
@@ -183,21 +315,20 @@ def make_loader(stage: Stage, inputs: list, encoder: SentenceEncoder, args: argp
 
 
 def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inputs: list, args: argparse.Namespace,
-              device: torch.device, argv: list[str] | None = None) -> None:
-    """One call of the shared training loop."""
+              device: torch.device, argv: list[str] | None = None, rank: int = 0, world: int = 1) -> None:
+    """One call of the shared training loop, as process `rank` of `world` (distributed.init, called by main)."""
     # the official code's tokens per sentence: min(n, --max-length) + 3, of which 2 special (Transformer.py)
     encoder = SentenceEncoder.from_pretrained(model_dir, pooling="mean", max_length=args.max_length + 3)
     encoder.bert.mlm_head = None  # a checkpoint's masked-LM head is not used here (and DDP wants no idle weights)
     if not stage.dropout:
         switch_off_dropout(encoder)
     objective = ConSERTLoss(encoder, stage.views, temperature=args.temperature, cl_weight=args.cl_weight,
-                            adv_norm=args.adv_norm, nli_classes=0 if stage.kind == "unsup" else len(data.NLI_LABELS),
+                            adv_norm=args.adv_norm, nli_classes=0 if stage.kind == "unsup" else len(NLI_LABELS),
                             joint=stage.kind == "joint", nli_features=args.nli_features)
     if not args.plain and not args.bucketing:  # length buckets hold almost no padding: packing would cost (fast.py)
         objective = fast.speed_up_consert(objective, device)  # the same parameters and numbers, computed faster
-    rank, world = distributed.init()
     distributed.consert_over_global_batch(objective, local_negatives=args.local_negatives)
-    loader = make_loader(stage, inputs, encoder, args, device, rank, world)
+    loader = stage_loader(stage, inputs, encoder, args, device, rank, world)
     dev = evaluate.dev_fn(args.eval_task, args.eval_data)
     # the same weights, pooled as --eval-pooling says
     eval_fn = dev and (lambda enc: dev(SentenceEncoder(enc.bert, enc.tokenizer, args.eval_pooling, enc.max_length)))
@@ -206,9 +337,12 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
     else:
         lines, corpus = [f"{p}\t{h}\t{label}" for p, h, label in inputs], f"{args.nli} (NLI pairs)"
     # The official optimiser: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up then linear decay, clip 1.0.
+    # --optimizer official: its AdamW without bias correction, and its warm-up from lr 0 (above, beside OFFICIAL).
+    official = args.optimizer == "official"
     settings = train.TrainSettings(
         out=out, steps=stage.steps or stage.epochs * len(loader.batch_sampler), lr=stage.lr, weight_decay=0.01,
-        adam_eps=1e-6, warmup_ratio=0.1, schedule="linear", grad_clip=1.0, optimizer=args.optimizer, amp=args.amp,
+        adam_eps=1e-6, warmup_ratio=0.1, schedule="linear", grad_clip=1.0, amp=args.amp,
+        optimizer_fn=OfficialAdamW if official else None, lr_factor_fn=official_lr_factor if official else None,
         save_every=args.save_every, eval_fn=eval_fn, eval_every=args.eval_every, keep_best=eval_fn is not None,
         patience=stage.patience if eval_fn else 0, resume=resume,
         log_fn=evaluate.alignment_fn(args.eval_data) if args.log_alignment and args.eval_data else None,
@@ -233,12 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     # read every input first: bad input stops the run before any model is loaded or any file is written
     evaluate.check_dev_task(args.eval_task, args.eval_data)
     plan = stages(args)  # e.g. joint-unsup: joint on NLI, then contrastive on the corpus
-    nli = data.read_nli(args.nli, args.bad_lines) if plan[0].kind != "unsup" else None
+    nli = read_nli(args.nli, args.bad_lines) if plan[0].kind != "unsup" else None
     corpus = None
     if plan[-1].kind == "unsup":
-        corpus = data.sts_corpus(args.sts_corpus) if args.sts_corpus else data.read_corpus(args.corpus, args.bad_lines)
+        corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else read_corpus(args.corpus, args.bad_lines)
     cli.check_out_folder(out, args.resume, args.overwrite)
-    distributed.init()
+    rank, world = distributed.init()  # once, for every stage
     torch.manual_seed(args.seed)
     model_dir = args.model or default_model_path()
     folders = [out / "stage1", out] if len(plan) == 2 else [out]
@@ -247,9 +381,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stage 1 ({stage.kind}) already finished in {folder}; continuing with stage 2")
         else:
             resume = args.resume and (folder / "checkpoint").exists()
-            run_stage(stage, model_dir, folder, resume, corpus if stage.kind == "unsup" else nli, args, device, argv)
+            run_stage(stage, model_dir, folder, resume, corpus if stage.kind == "unsup" else nli, args, device, argv,
+                      rank, world)
         model_dir = folder / "best" if (folder / "best").exists() else folder / "model"
-    if distributed.rank() == 0:
+    if rank == 0:
         print(f"done: encoder saved to {out / 'model'} (mean pooling)")
     return 0
 

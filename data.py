@@ -1,18 +1,19 @@
-"""Text in, tensors out, for any method: tokenisation, corpus reading, padding, batches, data-set readers.
+"""Text in, tensors out, for any method: tokenisation, corpus reading, padding, batches, the STS files.
 
+  UsageError, CorpusError              the one-line errors a user sees (cli.run prints them)
   tokenize / pad                       token ids, padded per batch
   read_corpus                          one sentence per line, with clear errors for bad files
-  SentenceDataset, NLIDataset          items of a corpus or of NLI pairs, and their collate functions
   BatchSampler / make_loader           shuffled batches (of similar length), resumable, shardable
-  load_stsb / load_sick / load_sts_year / read_nli / sts_corpus
-                                       the STS and NLI files that training and evaluation both read
+  load_stsb / load_sick / load_sts_year
+                                       the STS files that training and evaluation both read
+Each method brings its own data set and collate function (tsdae.py's noisy pairs, consert.py's sentences and
+NLI pairs); the readers of the ConSERT experiment's own inputs (NLI pairs, the STS sentences) are consert_train.py's.
 """
 from __future__ import annotations
 
 import codecs
 import csv
 import functools
-import json
 import math
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
@@ -23,7 +24,13 @@ from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
 
-class CorpusError(Exception):
+class UsageError(Exception):
+    """A run that cannot go on as asked (an unavailable device, a run folder in use, a loss that became NaN, a
+    batch too small for the processes). The message is one line, meant for the user: cli.run prints it, no
+    traceback. Defined here, the lowest layer that raises one, so no layer needs cli.py to raise it."""
+
+
+class CorpusError(UsageError):
     """A corpus file that cannot be used. The message is one line, meant for the user."""
 
 
@@ -123,59 +130,6 @@ def read_text_bytes(path: str | Path) -> bytes:
 
 
 # ----------------------------------------------------------------------------
-# Data sets: an item is built from its key (epoch, index); the collate function pads a batch of items
-
-
-class SentenceDataset(torch.utils.data.Dataset):
-    """Item (epoch, i) -> token ids of sentence i."""
-
-    def __init__(self, sentences: list[str], tokenizer: Tokenizer, max_length: int):
-        self.sentences, self.tokenizer, self.max_length = sentences, tokenizer, max_length
-
-    def __len__(self) -> int:
-        return len(self.sentences)
-
-    def __getitem__(self, key: tuple[int, int]) -> list[int]:
-        return tokenize(self.tokenizer, [self.sentences[key[1]]], self.max_length)[0]
-
-
-def sentence_keys(items: list[list[int]]) -> torch.Tensor:
-    """A number per sentence, equal exactly for identical token sequences (Python's hash of the ids, the same in
-    every process): how ConSERT's NT-Xent recognises a sentence's copies in a batch. (N,) int64"""
-    return torch.tensor([hash(tuple(ids)) for ids in items], dtype=torch.long)
-
-
-def collate_sentences(items: list[list[int]], pad_id: int = 0, multiple: int = 1) -> dict[str, torch.Tensor]:
-    input_ids, attention_mask = pad(items, pad_id, multiple)
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "sentence_keys": sentence_keys(items)}
-
-
-class NLIDataset(torch.utils.data.Dataset):
-    """Item (epoch, i) -> (premise ids, hypothesis ids, label id) of pair i (pairs from read_nli)."""
-
-    def __init__(self, pairs: list[tuple[str, str, int]], tokenizer: Tokenizer, max_length: int):
-        self.pairs, self.tokenizer, self.max_length = pairs, tokenizer, max_length
-
-    def __len__(self) -> int:
-        return len(self.pairs)
-
-    def __getitem__(self, key: tuple[int, int]) -> tuple[list[int], list[int], int]:
-        premise, hypothesis, label = self.pairs[key[1]]
-        p, h = tokenize(self.tokenizer, [premise, hypothesis], self.max_length)
-        return p, h, label
-
-
-def collate_nli(items: list[tuple[list[int], list[int], int]], pad_id: int = 0,
-                multiple: int = 1) -> dict[str, torch.Tensor]:
-    premise_ids, premise_mask = pad([p for p, _, _ in items], pad_id, multiple)
-    hypothesis_ids, hypothesis_mask = pad([h for _, h, _ in items], pad_id, multiple)
-    return {"premise_ids": premise_ids, "premise_mask": premise_mask, "hypothesis_ids": hypothesis_ids,
-            "hypothesis_mask": hypothesis_mask, "labels": torch.tensor([label for _, _, label in items]),
-            "premise_keys": sentence_keys([p for p, _, _ in items]),
-            "hypothesis_keys": sentence_keys([h for _, h, _ in items])}
-
-
-# ----------------------------------------------------------------------------
 # Batching: length buckets that keep the epoch random
 
 
@@ -195,7 +149,7 @@ class BatchSampler:
     def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, bucketing: bool = False,
                  pool_batches: int = 64, rank: int = 0, world_size: int = 1):
         if min(len(lengths), batch_size) < world_size:
-            raise CorpusError(f"the batch ({batch_size}) and the corpus ({len(lengths)} sentences) must have at least "
+            raise UsageError(f"the batch ({batch_size}) and the corpus ({len(lengths)} sentences) must have at least "
                               f"one sentence for each of the {world_size} processes")
         self.lengths = np.asarray(lengths)
         self.batch_size, self.seed, self.bucketing, self.pool_batches = batch_size, seed, bucketing, pool_batches
@@ -239,9 +193,10 @@ class BatchSampler:
 def make_loader(dataset: torch.utils.data.Dataset, *, lengths: Sequence[int], collate: Callable, pad_id: int,
                 batch_size: int, seed: int, device: torch.device, bucketing: bool, workers: int | None = None,
                 rank: int = 0, world_size: int = 1) -> torch.utils.data.DataLoader:
-    """A DataLoader over shuffled (with `bucketing`, length-bucketed) batches of `dataset`, whose items are built
-    (tokenised, damaged) in `workers` background processes: by default 2 on CUDA, none on CPU, where the
-    two would compete with the model for the cores. Pinned memory on CUDA for non_blocking copies."""
+    """A DataLoader over shuffled (with `bucketing`, length-bucketed) batches of `dataset`. dataset[(epoch, i)] is
+    item i, built (tokenised, damaged) in `workers` background processes: by default 2 on CUDA, none on CPU, where the
+    two would compete with the model for the cores; collate(items, pad_id, multiple) pads a batch of them.
+    Pinned memory on CUDA for non_blocking copies."""
     sampler = BatchSampler(lengths, batch_size, seed=seed, bucketing=bucketing, rank=rank, world_size=world_size)
     return torch.utils.data.DataLoader(
         dataset, batch_sampler=sampler, num_workers=workers if workers is not None else 2 * (device.type == "cuda"),
@@ -272,7 +227,7 @@ def token_lengths(tokenizer: Tokenizer, sentences: list[str], max_length: int) -
 
 
 # ----------------------------------------------------------------------------
-# Data-set files: the STS and NLI sets (layouts: see the README's "Data" section)
+# Data-set files: the STS sets (layouts: see the README's "Data" section)
 
 # The SentEval subsets of each STS year (STS13's SMT is LDC-licensed and never redistributed).
 STS_SUBSETS = {
@@ -324,84 +279,3 @@ def load_sts_year(folder: Path, subsets: Sequence[str]) -> dict[str, list[tuple[
                 pairs.append((s1, s2, float(score)))
         pairs_of[subset] = pairs
     return pairs_of
-
-
-NLI_LABELS = {"contradiction": 0, "entailment": 1, "neutral": 2}  # the label ids of the official ConSERT code
-
-
-def read_nli(path: str | Path, bad_bytes: str = "error") -> list[tuple[str, str, int]]:
-    """(premise, hypothesis, label id) pairs from
-      - JSON lines with "premise", "hypothesis", "label" (SNLI's own "sentence1", "sentence2", "gold_label" too), or
-      - a SICK file: tab-separated, a header naming sentence_A, sentence_B and entailment_judgment
-        (the SemEval splits) or entailment_label (SICK.txt).
-    Labels are entailment / neutral / contradiction, any case; pairs labelled "-" (no consensus) are skipped."""
-    read_corpus(path, bad_bytes)  # the checks every input file gets: exists, text, UTF-8, not empty
-    path = Path(path)
-    lines = []  # (line number, text); read again because read_corpus folds the tabs SICK needs
-    for n, raw in enumerate(path.read_bytes().splitlines(), start=1):
-        try:
-            lines.append((n, raw.decode("utf-8")))
-        except UnicodeDecodeError:  # read_corpus has already stopped on these unless told to skip/replace
-            if bad_bytes == "replace":
-                lines.append((n, raw.decode("utf-8", errors="replace")))
-    lines = [(n, text) for n, text in lines if text.strip()]
-    rows = _nli_json_rows(path, lines) if lines[0][1].lstrip().startswith("{") else _nli_tsv_rows(path, lines)
-    pairs = []
-    for n, premise, hypothesis, label in rows:
-        label = str(label).strip().lower()
-        if label == "-":
-            continue
-        if label not in NLI_LABELS:
-            raise CorpusError(f"{path} line {n}: label '{label}' is not entailment, neutral or contradiction")
-        pairs.append((premise, hypothesis, NLI_LABELS[label]))
-    if not pairs:
-        raise CorpusError(f"{path} has no labelled NLI pairs")
-    return pairs
-
-
-def _nli_json_rows(path: Path, lines: list[tuple[int, str]]) -> list[tuple[int, str, str, str]]:
-    rows = []
-    for n, text in lines:
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError:
-            raise CorpusError(f"{path} line {n} is not valid JSON") from None
-        row = [obj.get(a, obj.get(b)) if isinstance(obj, dict) else None
-               for a, b in (("premise", "sentence1"), ("hypothesis", "sentence2"), ("label", "gold_label"))]
-        if any(not isinstance(x, str) for x in row):
-            raise CorpusError(f'{path} line {n}: expected string fields "premise", "hypothesis" and "label"')
-        rows.append((n, *row))
-    return rows
-
-
-def _nli_tsv_rows(path: Path, lines: list[tuple[int, str]]) -> list[tuple[int, str, str, str]]:
-    header = lines[0][1].split("\t")
-    label_column = next((c for c in ("entailment_judgment", "entailment_label") if c in header), None)
-    if "sentence_A" not in header or "sentence_B" not in header or label_column is None:
-        raise CorpusError(f"{path}: not an NLI file: give JSON lines with premise/hypothesis/label, or a SICK "
-                          "file whose header has sentence_A, sentence_B and entailment_judgment")
-    columns = [header.index(c) for c in ("sentence_A", "sentence_B", label_column)]
-    rows = []
-    for n, text in lines[1:]:
-        fields = text.split("\t")
-        if len(fields) <= max(columns):
-            raise CorpusError(f"{path} line {n} has {len(fields)} tab-separated fields, the header {len(header)}")
-        rows.append((n, *(fields[c] for c in columns)))
-    return rows
-
-
-def sts_corpus(data_dir: str | Path) -> list[str]:
-    """ConSERT's official unsupervised training set (arXiv:2105.11741 §4.1): every sentence of the STS12-16
-    inputs (scored or not), of the STS benchmark train/dev/test (the SentEval copies the official code reads)
-    and of SICK train/trial/test, duplicates kept. No label is read. The official count is 89,192."""
-    data_dir = Path(data_dir)
-    sts = [data_dir / year / f"STS.input.{subset}.txt" for year, subsets in STS_SUBSETS.items() for subset in subsets]
-    stsb = [data_dir / "stsbenchmark" / "senteval" / f"sts-{split}.csv" for split in ("train", "dev", "test")]
-    sick = [data_dir / "sick" / f"SICK_{split}.txt" for split in ("train", "trial", "test_annotated")]
-    for path in sts + stsb + sick:
-        if not path.is_file():
-            raise CorpusError(f"--sts-corpus: missing {path} (the README's \"Data\" section lists the layout)")
-    sentences = [s for path in sts for line in read_lines(path) for s in line.split("\t")[:2]]
-    sentences += [s for path in stsb for s1, s2, _ in load_stsb(path) for s in (s1, s2)]
-    sentences += [s for path in sick for s1, s2, _ in load_sick(path) for s in (s1, s2)]
-    return [s.strip() for s in sentences if s.strip()]

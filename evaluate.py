@@ -41,7 +41,7 @@ from scipy.stats import spearmanr
 import cli
 import fast
 from checkpoint import default_model_path
-from data import STS_SUBSETS, CorpusError, load_sick, load_stsb, load_sts_year, progress, read_lines
+from data import STS_SUBSETS, CorpusError, UsageError, load_sick, load_stsb, load_sts_year, progress, read_lines
 from model import SentenceEncoder
 
 HERE = Path(__file__).resolve().parent
@@ -50,8 +50,8 @@ HERE = Path(__file__).resolve().parent
 # The data folder, and the errors of its files
 # ---------------------------------------------------------------------------
 
-class DataMissingError(CorpusError):
-    """A data file is not there. A CorpusError: under cli.run (python evaluate.py, the training scripts) it ends
+class DataMissingError(UsageError):
+    """A data file is not there. A UsageError: under cli.run (python evaluate.py, the training scripts) it ends
     the run with its one-line message, no traceback."""
 
 
@@ -770,19 +770,19 @@ def alignment_fn(data_dir: str | Path):
 
 
 def check_dev_task(task: str, data_dir: str | Path | None) -> None:
-    """The training scripts' check of --eval-task before anything is loaded: a one-line CorpusError when `task`
+    """The training scripts' check of --eval-task before anything is loaded: a one-line UsageError when `task`
     cannot score dev data in data_dir (nothing to check without data_dir)."""
     if data_dir is None:
         return
     try:
         names = parse_tasks([task])
     except ValueError as e:
-        raise CorpusError(f"--eval-task {task}: {e}") from None
+        raise UsageError(f"--eval-task {task}: {e}") from None
     if names == ["all"]:
-        raise CorpusError("--eval-task all: give one task (stsb-dev, useb-askubuntu, useb, rerank:PATH, ...)")
+        raise UsageError("--eval-task all: give one task (stsb-dev, useb-askubuntu, useb, rerank:PATH, ...)")
     problem = next(filter(None, (missing_file(t, Path(data_dir)) for t in names)), None)
     if problem:
-        raise CorpusError(f"--eval-task {task}: {problem}")
+        raise UsageError(f"--eval-task {task}: {problem}")
 
 
 def stsb_dev_spearman(encoder, data_dir: str | Path | None = None, batch_size: int = 64) -> float:
@@ -847,7 +847,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """python evaluate.py: the table on stdout (and --json). A bad argument exits as argparse does (code 2);
-    any other mistake raises a one-line cli.UsageError, ModelLoadError or CorpusError (DataMissingError is one),
+    any other mistake raises a one-line cli.UsageError, ModelLoadError, UsageError (DataMissingError is one) or CorpusError,
     which cli.run prints as "error: ..." (code 1)."""
     parser = make_parser()
     args = parser.parse_args(argv)

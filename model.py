@@ -27,6 +27,7 @@ from tokenizers import Tokenizer
 
 import checkpoint
 import data
+from card import ModelCard, write_model_card
 
 # ----------------------------------------------------------------------------
 # 1. Config
@@ -345,7 +346,7 @@ class SentenceEncoder(nn.Module):
         self.train(was_training)
         return out
 
-    def save_pretrained(self, out_dir: str | Path, card: checkpoint.ModelCard | None = None) -> None:
+    def save_pretrained(self, out_dir: str | Path, card: ModelCard | None = None) -> None:
         """A folder that transformers.AutoModel and sentence_transformers.SentenceTransformer load, with a model
         card (README.md) when one is given. Written to a temporary folder first and then renamed: a crash never
         leaves half a model."""
@@ -361,4 +362,4 @@ class SentenceEncoder(nn.Module):
             checkpoint.save_tokenizer(self.tokenizer, tmp, self.source, cfg.model_type)
             checkpoint.write_sentence_transformers(tmp, self.pooling, self.max_length, self.bert.cfg.hidden_size)
             if card is not None:
-                checkpoint.write_model_card(tmp, card)
+                write_model_card(tmp, card)

@@ -1,7 +1,8 @@
 """The training loop TSDAE and ConSERT share.
 
   TrainSettings               every setting of one run
-  make_optimizer, lr_factor   AdamW (no decay on biases and LayerNorm weights), warm-up and decay
+  make_optimizer, lr_factor   AdamW (no decay on biases and LayerNorm weights), warm-up and decay, or a
+                              method's own (TrainSettings.optimizer_fn, lr_factor_fn)
   train                       the loop: forward, backward, clip, step; then the machinery below
   RunState                    where a run stands (progress.json)
   epochs                      the loader's batches, epoch after epoch, from where a run stands
@@ -15,7 +16,6 @@ Each method hands `train` an `objective`: a module whose forward(batch) returns 
 from __future__ import annotations
 
 import json
-import math
 import signal
 import sys
 import time
@@ -27,14 +27,14 @@ import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
 
-import cli
 import data
 import distributed
-from checkpoint import ModelCard, ModelLoadError, atomic_dir
+from card import ModelCard
+from checkpoint import ModelLoadError, atomic_dir
 from model import SentenceEncoder
 
 
-class TrainingStopped(cli.UsageError):
+class TrainingStopped(data.UsageError):
     """Training ended early on purpose (NaN loss). One line for the user; the last good checkpoint is kept."""
 
 
@@ -48,7 +48,10 @@ class TrainSettings:
     warmup_ratio: float = 0.0  # fraction of steps with a linear warm-up
     schedule: str = "constant"  # after warm-up: "constant" or "linear" decay to 0
     grad_clip: float | None = 1.0
-    optimizer: str = "pytorch"  # "official": the official ConSERT code's AdamW and warm-up (OfficialAdamW, lr_factor)
+    # instead of PyTorch's AdamW: optimizer_fn(param_groups, lr=lr, eps=adam_eps) (make_optimizer's groups)
+    optimizer_fn: Callable[..., torch.optim.Optimizer] | None = None
+    # instead of lr_factor's warm-up and decay: lr_factor_fn(step, settings), the lr of a step over the peak
+    lr_factor_fn: Callable[[int, TrainSettings], float] | None = None
     amp: str = "none"  # "bf16" / "fp16" autocast (fp16 with a GradScaler)
     save_every: int = 0  # also write a resumable checkpoint every N steps (0: only at the end)
     eval_fn: Callable[[SentenceEncoder], float] | None = None  # e.g. STS-benchmark dev Spearman
@@ -61,59 +64,31 @@ class TrainSettings:
     save_with_model: Callable[[Path], None] | None = None  # writes the method's own files beside model/ (into OUT)
 
 
-def make_optimizer(objective: nn.Module, settings: TrainSettings, device: torch.device) -> torch.optim.AdamW:
-    """AdamW; no weight decay on biases and LayerNorm weights (BERT's recipe). Tied weights appear once."""
+def make_optimizer(objective: nn.Module, settings: TrainSettings, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW (or settings.optimizer_fn's optimiser); no weight decay on biases and LayerNorm weights (BERT's
+    recipe). Tied weights appear once."""
     decay, no_decay = [], []
     for p in objective.parameters():  # parameters() lists a shared (tied) Parameter once
         (no_decay if p.ndim < 2 else decay).append(p)
     groups = [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if settings.optimizer == "official":
-        return OfficialAdamW(groups, lr=settings.lr, eps=settings.adam_eps)
+    if settings.optimizer_fn is not None:
+        return settings.optimizer_fn(groups, lr=settings.lr, eps=settings.adam_eps)
     # fused=True: PyTorch's one-pass kernel for the same update, about 4x faster than the default on CPU too
     return torch.optim.AdamW(groups, lr=settings.lr, eps=settings.adam_eps, fused=device.type in ("cpu", "cuda"))
 
 
 def lr_factor(step: int, settings: TrainSettings) -> float:
-    """The learning rate of optimiser step `step` (0, 1, ...) over the peak: linear warm-up, then constant or
-    linear decay to 0. The warm-up ends at (step + 1) / warmup = 1; the official ConSERT schedule (transformers'
-    get_linear_schedule_with_warmup) starts at step / warmup = 0, so its first step changes nothing."""
-    if settings.optimizer == "official":
-        warmup = math.ceil(settings.steps * settings.warmup_ratio)
-        if step < warmup:
-            return step / warmup
-    else:
-        warmup = int(settings.steps * settings.warmup_ratio)
-        if step < warmup:
-            return (step + 1) / warmup
+    """The learning rate of optimiser step `step` (0, 1, ...) over the peak: settings.lr_factor_fn's, else a
+    linear warm-up over int(steps * warmup_ratio) steps that ends at (step + 1) / warmup = 1 (its first step
+    already moves the weights), then constant or linear decay to 0."""
+    if settings.lr_factor_fn is not None:
+        return settings.lr_factor_fn(step, settings)
+    warmup = int(settings.steps * settings.warmup_ratio)
+    if step < warmup:
+        return (step + 1) / warmup
     if settings.schedule == "linear":
         return max(0.0, (settings.steps - step) / max(1, settings.steps - warmup))
     return 1.0
-
-
-class OfficialAdamW(torch.optim.Optimizer):
-    """The AdamW that the official ConSERT code runs (transformers' old AdamW with correct_bias=False): Adam's
-    moments without their bias correction, so an early step is (1 - b1) / sqrt(1 - b2) = 3.2 times PyTorch's at
-    first (fading as the moments fill), and the weight decay applied after the update. For reproducing the
-    official numbers (--optimizer official)."""
-
-    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6):
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": 0.0})
-
-    @torch.no_grad()
-    def step(self, closure=None) -> None:
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["exp_avg"], state["exp_avg_sq"] = torch.zeros_like(p), torch.zeros_like(p)
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                m.mul_(beta1).add_(p.grad, alpha=1 - beta1)  # m = b1 m + (1 - b1) g
-                v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)  # v = b2 v + (1 - b2) g^2
-                p.addcdiv_(m, v.sqrt().add_(group["eps"]), value=-group["lr"])  # p -= lr m / (sqrt(v) + eps)
-                p.add_(p, alpha=-group["lr"] * group["weight_decay"])  # p -= lr wd p
 
 
 # ----------------------------------------------------------------------------
@@ -126,7 +101,7 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
     until early stopping. Under torchrun only the main process shows progress, logs, evaluates and writes."""
     objective.to(device).train()
     optimizer = make_optimizer(objective, settings, device)
-    model = distributed.ddp(objective, device)  # on one process: the objective itself
+    wrapped = distributed.ddp(objective, device)  # the objective in DDP under torchrun; on one process: itself
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(settings.amp)
     scaler = torch.amp.GradScaler(device.type, enabled=settings.amp == "fp16")
     with RunFolder(settings, encoder, objective, optimizer) as run, StopOnSignal() as stop:
@@ -138,7 +113,7 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
                 for group in optimizer.param_groups:
                     group["lr"] = settings.lr * lr_factor(state.step, settings)
                 with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                    loss = model(data.to_device(batch, device))
+                    loss = wrapped(data.to_device(batch, device))
                 check_finite(loss, state, run)
                 optimizer.zero_grad(set_to_none=True)
                 scaler.scale(loss).backward()

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         ids = data.tokenize(tokenizer, picked, TRAIN_MAX_LENGTH)
         for bucketing in (False, True):
             order = data.BatchSampler([len(x) for x in ids], TRAIN_BATCH, seed=SEED, bucketing=bucketing).batches(0)
-            batches = [data.collate_sentences([ids[i] for i in b]) for b in order]
+            batches = [consert.collate_sentences([ids[i] for i in b]) for b in order]
             steppers = {"fast": training_step(consert_objective(model_path, True), batches),
                         "plain": training_step(consert_objective(model_path, False), batches)}
             kind = "length buckets" if bucketing else "random batches"

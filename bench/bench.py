@@ -375,7 +375,7 @@ def job_consert_ours(spec: dict, work: dict, device: torch.device, plain: bool =
 
     def collated(batch_list):
         for b in batch_list:
-            yield to_device(data.collate_sentences([ids[i] for i in b], encoder.bert.cfg.pad_token_id), device)
+            yield to_device(consert.collate_sentences([ids[i] for i in b], encoder.bert.cfg.pad_token_id), device)
 
     return timed_training(objective, list(objective.parameters()), optimizer, collated(order[: spec["warmup"]] + order),
                           spec["warmup"], len(order), len(ids), device, spec["amp"], spec["profile"])

@@ -60,7 +60,7 @@ def objective(encoder: SentenceEncoder, view1=("none", 0.0), view2=("none", 0.0)
 
 
 def collate(ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    keys = data.sentence_keys([row[m.bool()].tolist() for row, m in zip(ids, mask)])
+    keys = consert.sentence_keys([row[m.bool()].tolist() for row, m in zip(ids, mask)])
     return {"input_ids": ids, "attention_mask": mask, "sentence_keys": keys}
 
 
@@ -215,9 +215,9 @@ def test_nt_xent_is_lower_for_identical_views_than_for_views_shuffled_across_sen
 
 
 def test_adversarial_view_raises_the_supervised_loss_and_has_the_given_norm(minilm, data_dir):
-    pairs = data.read_nli(data_dir / "sick" / "SICK_trial.txt")[:8]
+    pairs = consert_train.read_nli(data_dir / "sick" / "SICK_trial.txt")[:8]
     obj = objective(minilm, ("none", 0), ("adversarial", 0), nli_classes=3, adv_norm=1e-2)
-    b = data.collate_nli([data.NLIDataset(pairs, minilm.tokenizer, 64)[(0, i)] for i in range(8)])
+    b = consert.collate_nli([consert.NLIDataset(pairs, minilm.tokenizer, 64)[(0, i)] for i in range(8)])
     premise_mask = b["premise_mask"]
     v = obj.encode(b["hypothesis_ids"], b["hypothesis_mask"], View("none")).detach()
 
@@ -271,20 +271,20 @@ def test_last_two_layers_mean_equals_hf_hidden_states(minilm, hf_minilm, sts_sen
 
 
 def test_sts_corpus_is_the_official_89192_sentences(data_dir):
-    sentences = data.sts_corpus(data_dir)
+    sentences = consert_train.sts_corpus(data_dir)
     assert len(sentences) == 89192 and all(s.strip() == s and s for s in sentences)
 
 
 def test_nli_readers(tmp_path, data_dir):
-    sick = data.read_nli(data_dir / "sick" / "SICK_train.txt")
+    sick = consert_train.read_nli(data_dir / "sick" / "SICK_train.txt")
     assert len(sick) == 4500 and {label for *_, label in sick} == {0, 1, 2}
-    assert len(data.read_nli(data_dir / "sick" / "SICK.txt")) == 9840  # the full release: entailment_label
-    snli = data.read_nli(data_dir / "nli" / "snli_dev.jsonl")
+    assert len(consert_train.read_nli(data_dir / "sick" / "SICK.txt")) == 9840  # the full release: entailment_label
+    snli = consert_train.read_nli(data_dir / "nli" / "snli_dev.jsonl")
     assert len(snli) == 9842
     f = tmp_path / "raw.jsonl"  # SNLI's own field names; '-' = no gold label, skipped
     f.write_text('{"sentence1": "a", "sentence2": "b", "gold_label": "neutral"}\n\n'
                  '{"sentence1": "c", "sentence2": "d", "gold_label": "-"}\n', encoding="utf-8")
-    assert data.read_nli(f) == [("a", "b", data.NLI_LABELS["neutral"])]
+    assert consert_train.read_nli(f) == [("a", "b", consert.NLI_LABELS["neutral"])]
 
 
 @pytest.mark.parametrize("content, message", [
@@ -299,7 +299,7 @@ def test_bad_nli_file_gets_a_clear_error(content, message, tmp_path):
     nli = tmp_path / "nli.jsonl"
     nli.write_bytes(content)
     with pytest.raises(data.CorpusError) as err:
-        data.read_nli(nli)
+        consert_train.read_nli(nli)
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -351,8 +351,8 @@ def test_fusion_strategies_train_on_sick(strategy, tiny_model_dir, small_corpus,
 
 def test_joint_loss_is_supervised_plus_weighted_contrastive(tiny_model_dir, data_dir):
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean")
-    pairs = data.read_nli(data_dir / "sick" / "SICK_trial.txt")[6:12]  # pairs 8 and 11: the same premise
-    b = data.collate_nli([data.NLIDataset(pairs, encoder.tokenizer, 64)[(0, i)] for i in range(6)])
+    pairs = consert_train.read_nli(data_dir / "sick" / "SICK_trial.txt")[6:12]  # pairs 8 and 11: the same premise
+    b = consert.collate_nli([consert.NLIDataset(pairs, encoder.tokenizer, 64)[(0, i)] for i in range(6)])
     joint = objective(encoder, ("none", 0), ("none", 0), nli_classes=3, joint=True, cl_weight=0.5)
     sup = objective(encoder, nli_classes=3)
     sup.classifier = joint.classifier
@@ -417,7 +417,7 @@ def test_eval_data_keeps_the_best_dev_checkpoint(tiny_model_dir, small_corpus, d
 ])
 def test_bad_input_stops_before_training(args, message, tmp_path, small_corpus, tiny_model_dir):
     paths = {"missing": tmp_path / "nope.txt", "tmp": tmp_path, "corpus": small_corpus}
-    with pytest.raises(data.CorpusError, match=message):
+    with pytest.raises(data.UsageError, match=message):
         consert_train.main([a.format(**paths) for a in args] + ["--model", str(tiny_model_dir), "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
 
@@ -469,7 +469,7 @@ def test_cli_on_default_model_writes_a_sentence_transformers_model(tmp_path, sts
 def test_default_batches_are_a_uniform_shuffle_not_length_buckets(tiny_model_dir, data_dir):
     """The official loader is DataLoader(shuffle=True): within a batch, sentence lengths spread as in a random
     draw. Length buckets (--bucketing) make the batch's sentences nearly equal in length."""
-    sentences = data.sts_corpus(data_dir)[:4800]
+    sentences = consert_train.sts_corpus(data_dir)[:4800]
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
     lengths = torch.tensor(data.token_lengths(encoder.tokenizer, sentences, 64), dtype=torch.float)
 
@@ -479,7 +479,7 @@ def test_default_batches_are_a_uniform_shuffle_not_length_buckets(tiny_model_dir
     spreads = {}
     for name, argv in (("default", []), ("bucketing", ["--bucketing"])):
         args = consert_train.parse_args(["--corpus", "x", *argv])
-        loader = consert_train.make_loader(consert_train.stages(args)[0], sentences, encoder, args, torch.device("cpu"))
+        loader = consert_train.stage_loader(consert_train.stages(args)[0], sentences, encoder, args, torch.device("cpu"))
         spreads[name] = mean_spread([[i for _, i in keys] for keys in loader.batch_sampler])
     shuffled = torch.randperm(len(sentences), generator=torch.Generator().manual_seed(0)).split(96)
     spreads["random"] = mean_spread([b.tolist() for b in shuffled])
@@ -535,8 +535,8 @@ def test_each_strategy_gets_the_official_scripts_settings(strategy, expected):
 
 def test_nli_classifier_reads_u_v_abs_difference_and_max_squared(tiny_model_dir, data_dir):
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean")
-    pairs = data.read_nli(data_dir / "sick" / "SICK_trial.txt")[:4]
-    b = data.collate_nli([data.NLIDataset(pairs, encoder.tokenizer, 64)[(0, i)] for i in range(4)])
+    pairs = consert_train.read_nli(data_dir / "sick" / "SICK_trial.txt")[:4]
+    b = consert.collate_nli([consert.NLIDataset(pairs, encoder.tokenizer, 64)[(0, i)] for i in range(4)])
     d = encoder.bert.cfg.hidden_size
     for features, width in (("u,v,|u-v|,max(u,v)^2", 4 * d), ("u,v,|u-v|", 3 * d)):
         obj = objective(encoder, nli_classes=3, nli_features=features).eval()
@@ -566,7 +566,7 @@ def test_early_stopping_after_patience_evaluations_without_a_better_score(tiny_m
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
     obj = objective(encoder, ("shuffle", 0.0), ("feature_cutoff", 0.2))
     args = consert_train.parse_args(["--corpus", str(small_corpus), "--batch-size", "4"])  # 16 sentences: 4 steps
-    loader = consert_train.make_loader(consert_train.stages(args)[0], data.read_corpus(small_corpus), encoder, args,
+    loader = consert_train.stage_loader(consert_train.stages(args)[0], data.read_corpus(small_corpus), encoder, args,
                                        torch.device("cpu"))
     settings = train.TrainSettings(out=tmp_path, steps=100, lr=1e-4, eval_every=2, eval_fn=eval_fn, keep_best=True,
                                    patience=2)
@@ -605,7 +605,7 @@ def test_official_optimizer_is_adamw_without_bias_correction_warmed_up_from_zero
     """--optimizer official: transformers' old AdamW(correct_bias=False), decay after the update, and the linear
     warm-up of get_linear_schedule_with_warmup, which starts at lr 0."""
     p = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
-    opt = train.OfficialAdamW([{"params": [p], "weight_decay": 0.01}], lr=0.1, eps=1e-6)
+    opt = consert_train.OfficialAdamW([{"params": [p], "weight_decay": 0.01}], lr=0.1, eps=1e-6)
     m = v = torch.zeros(2)
     expected = p.detach().clone()
     for g in (torch.tensor([0.5, 0.25]), torch.tensor([-0.1, 0.3])):
@@ -616,8 +616,8 @@ def test_official_optimizer_is_adamw_without_bias_correction_warmed_up_from_zero
         expected = expected - 0.1 * 0.01 * expected
     torch.testing.assert_close(p.detach(), expected)
     settings = train.TrainSettings(out=tmp_path, steps=95, lr=1.0, warmup_ratio=0.1, schedule="linear",
-                                   optimizer="official")  # warm-up: ceil(9.5) = 10 steps
+                                   lr_factor_fn=consert_train.official_lr_factor)  # warm-up: ceil(9.5) = 10 steps
     assert [train.lr_factor(step, settings) for step in (0, 5, 10)] == [0.0, 0.5, 1.0]
-    assert train.lr_factor(0, dataclasses.replace(settings, optimizer="pytorch")) == 1 / 9  # int(9.5) steps
+    assert train.lr_factor(0, dataclasses.replace(settings, lr_factor_fn=None)) == 1 / 9  # int(9.5) steps
     args = consert_train.parse_args(["--corpus", "x", "--optimizer", "official"])
     assert args.optimizer == "official"

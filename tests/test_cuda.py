@@ -64,7 +64,7 @@ def test_consert_fast_equals_plain_on_cuda(minilm_path, sts_sentences):
     plain = consert.ConSERTLoss(encoder, (consert.View("feature_cutoff", 0.2), consert.View("shuffle")))
     quick = fast.speed_up_consert(copy.deepcopy(plain), CUDA)
     ids = data.tokenize(encoder.tokenizer, sts_sentences[:24], 67)
-    batch = data.to_device(data.collate_sentences(ids, multiple=8), CUDA)
+    batch = data.to_device(consert.collate_sentences(ids, multiple=8), CUDA)
     losses = []
     for objective in (plain, quick):
         torch.manual_seed(3)  # the same views on both paths

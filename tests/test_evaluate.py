@@ -14,7 +14,7 @@ from sklearn.metrics import average_precision_score
 
 import cli
 import evaluate as ev
-from data import CorpusError
+from data import CorpusError, UsageError
 
 ASKUBUNTU_TINY = Path(__file__).resolve().parent / "data" / "askubuntu_tiny"
 
@@ -238,7 +238,7 @@ def test_all_runs_only_tasks_with_data(tmp_path, data_dir):
 
 def test_cli_missing_data_is_one_line_before_loading_a_model(tmp_path):
     argv = ["--model", str(tmp_path / "no-model"), "--tasks", "stsb", "--data-dir", str(tmp_path)]
-    with pytest.raises(CorpusError, match="sts-test.csv"):  # DataMissingError, not the model's ModelLoadError
+    with pytest.raises(UsageError, match="sts-test.csv"):  # DataMissingError, not the model's ModelLoadError
         ev.main(argv)
     message = cli_error(argv)
     assert message.startswith(f"error: missing data file {tmp_path}/stsbenchmark/") and "sts-test.csv" in message

@@ -1,5 +1,5 @@
 """Seeing what training does: alignment and uniformity (evaluate.py's align-uniform task), the similarity plot
-(examples/plot_similarities.py), and the model card a trained folder carries (checkpoint.write_model_card)."""
+(examples/plot_similarities.py), and the model card a trained folder carries (card.py)."""
 import argparse
 import hashlib
 import math
@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-import checkpoint
+import cli
 import evaluate
+from card import PAPERS, ModelCard, corpus_fingerprint, model_card_text, write_model_card, yaml_string
 from data import load_stsb
 from model import SentenceEncoder
 
@@ -185,19 +186,19 @@ def test_plot_similarities_labels_and_pairs():
     assert len(pairs) == 200 and all(i != j for i, j in pairs) and pairs == script["random_pairs"](5, 200, seed=3)
 
 
-# ---------------------------------------------------------------- the model card (checkpoint.py)
+# ---------------------------------------------------------------- the model card (card.py)
 
 HOSTILE = ['he said "no": then # left\n---\nlicense: mit', "back\\slash\t\r\n", "é – 😀 \u2028 \x85 \x00 end",
            "- [a, b]"]
 
 
-def make_card(**changes) -> checkpoint.ModelCard:
+def make_card(**changes) -> ModelCard:
     values = dict(method="TSDAE", base_model="bert-base-uncased", pooling="cls", corpus="examples/topics.txt",
                   corpus_lines=248, corpus_sha256="ab" * 32, steps=310, batch_size=8, lr=3e-5,
                   non_default_settings={"--epochs": 10, "--pooling": "cls", "--out": "runs/tsdae-topics"},
                   dev_metric="STS-b dev Spearman x 100", dev_score=79.123,
                   command="python tsdae.py --corpus examples/topics.txt --epochs 10 --out runs/tsdae-topics")
-    return checkpoint.ModelCard(**{**values, **changes})
+    return ModelCard(**{**values, **changes})
 
 
 def front_matter_of(text: str) -> dict:
@@ -210,7 +211,7 @@ def front_matter_of(text: str) -> dict:
 def test_the_front_matter_is_what_the_hub_reads(tmp_path):
     from huggingface_hub import metadata_load  # the Hub's own reader of README.md front matter
 
-    checkpoint.write_model_card(tmp_path, make_card(method="ConSERT", datasets=["sentence-transformers/stsb"]))
+    write_model_card(tmp_path, make_card(method="ConSERT", datasets=["sentence-transformers/stsb"]))
     meta = metadata_load(tmp_path / "README.md")
     assert meta == {"library_name": "sentence-transformers", "pipeline_tag": "sentence-similarity",
                     "base_model": "bert-base-uncased",
@@ -220,26 +221,26 @@ def test_the_front_matter_is_what_the_hub_reads(tmp_path):
 
 def test_no_value_can_break_the_yaml():
     card = make_card(tags=HOSTILE, datasets=HOSTILE[:2], license=HOSTILE[0], base_model_id=HOSTILE[2])
-    meta = front_matter_of(checkpoint.model_card_text(card))
+    meta = front_matter_of(model_card_text(card))
     assert meta["tags"][4:] == HOSTILE and meta["datasets"] == HOSTILE[:2]
     assert meta["license"] == HOSTILE[0] and meta["base_model"] == HOSTILE[2]
     assert set(meta) == {"library_name", "pipeline_tag", "base_model", "tags", "datasets", "license"}
     for value in HOSTILE:
-        assert checkpoint.yaml_string(value).isascii()
+        assert yaml_string(value).isascii()
 
 
 def test_base_model_in_the_front_matter_only_when_it_is_a_hub_id(tmp_path, minilm_path):
-    assert "base_model" not in front_matter_of(checkpoint.model_card_text(make_card(base_model=str(tmp_path))))
-    assert "base_model" not in front_matter_of(checkpoint.model_card_text(make_card(base_model="./runs/x/model")))
-    shipped = front_matter_of(checkpoint.model_card_text(make_card(base_model=minilm_path)))
+    assert "base_model" not in front_matter_of(model_card_text(make_card(base_model=str(tmp_path))))
+    assert "base_model" not in front_matter_of(model_card_text(make_card(base_model="./runs/x/model")))
+    shipped = front_matter_of(model_card_text(make_card(base_model=minilm_path)))
     assert shipped["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def test_the_text_has_the_settings_the_command_and_the_paper():
     card = make_card(command="python consert.py --corpus 'my file.txt' --note 'a ```fenced``` | b'",
                      non_default_settings={"--lr": 2e-5, "--note": "a | b\nc"})
-    text = checkpoint.model_card_text(card)
-    assert "https://arxiv.org/abs/2104.06979" in text and checkpoint.PAPERS["TSDAE"][1] in text
+    text = model_card_text(card)
+    assert "https://arxiv.org/abs/2104.06979" in text and PAPERS["TSDAE"][1] in text
     assert "\n````bash\n" + card.command + "\n````\n" in text  # a fence longer than the command's backticks
     for row in ("| steps | 310 |", "| batch size | 8 |", "| learning rate | 3e-05 |", "| pooling | cls |",
                 "| base model | bert-base-uncased |", "| dev score | STS-b dev Spearman x 100: 79.12 |",
@@ -251,15 +252,15 @@ def test_the_text_has_the_settings_the_command_and_the_paper():
 
 
 def test_no_dev_score_no_row_and_bad_cards_are_one_line(tmp_path, tiny_model_dir):
-    assert "dev score" not in checkpoint.model_card_text(make_card(dev_score=None))
+    assert "dev score" not in model_card_text(make_card(dev_score=None))
     with pytest.raises(ValueError, match="unknown method 'SimCSE': give paper_id and paper_title"):
-        checkpoint.model_card_text(make_card(method="SimCSE"))
-    assert "arxiv.org/abs/2104.08821" in checkpoint.model_card_text(
+        model_card_text(make_card(method="SimCSE"))
+    assert "arxiv.org/abs/2104.08821" in model_card_text(
         make_card(method="SimCSE", paper_id="2104.08821", paper_title="SimCSE"))
     with pytest.raises(ValueError, match="cannot be written"):
-        checkpoint.model_card_text(make_card(pooling="last2-mean"))
+        model_card_text(make_card(pooling="last2-mean"))
     with pytest.raises(ValueError, match="the card says pooling mean but .*1_Pooling says cls"):
-        checkpoint.write_model_card(tiny_model_dir, make_card(pooling="mean"))
+        write_model_card(tiny_model_dir, make_card(pooling="mean"))
     assert not (tiny_model_dir / "README.md").exists()
 
 
@@ -270,7 +271,7 @@ def test_a_folder_with_its_card_loads_everywhere_with_the_same_vectors(tmp_path,
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling=pooling)
     folder = tmp_path / "model"
     encoder.save_pretrained(folder)
-    checkpoint.write_model_card(folder, make_card(pooling=pooling, load_path=str(folder)))
+    write_model_card(folder, make_card(pooling=pooling, load_path=str(folder)))
     text = (folder / "README.md").read_text(encoding="utf-8")
     assert "| maximum length | 64 tokens |" in text and "one 32-dimensional vector" in text  # read from the folder
     sentences = sts_sentences[:6]
@@ -294,14 +295,14 @@ def test_non_default_settings_lists_exactly_what_was_changed():
     group.add_argument("--out", "-o", type=Path, default=Path("runs/x"))
     group.add_argument("--pooling", default="cls")
     args = parser.parse_args(["c.txt", "--lr", "3e-5", "--plain", "-o", "runs/y", "--pooling", "cls"])
-    assert checkpoint.non_default_settings(parser, args) == {"corpus": "c.txt", "--plain": True, "--out": "runs/y"}
-    assert checkpoint.non_default_settings(parser, parser.parse_args(["c.txt"])) == {"corpus": "c.txt"}
+    assert cli.non_default_settings(parser, args) == {"corpus": "c.txt", "--plain": True, "--out": "runs/y"}
+    assert cli.non_default_settings(parser, parser.parse_args(["c.txt"])) == {"corpus": "c.txt"}
 
 
 def test_corpus_fingerprint_and_command_line(tmp_path):
     lines = ["first line", "zweite Zeile: ä", "third"]
     (tmp_path / "c.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    count, digest = checkpoint.corpus_fingerprint(lines)
+    count, digest = corpus_fingerprint(lines)
     assert count == 3 and digest == hashlib.sha256((tmp_path / "c.txt").read_bytes()).hexdigest()
     argv = ["--corpus", "my file.txt", "--note", "it's"]
-    assert shlex.split(checkpoint.command_line(argv))[2:] == argv
+    assert shlex.split(cli.command_line(argv))[2:] == argv

@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import consert_train
 import data
 import fast
 import train
@@ -357,7 +358,7 @@ def test_cli_on_default_model_writes_a_sentence_transformers_model(tmp_path, sts
 def test_default_batches_are_a_uniform_shuffle_and_bucketing_is_opt_in(tiny_model_dir, data_dir):
     """As the reference's DataLoader(shuffle=True): within a batch, lengths spread as in a random draw, and the
     short last batch is kept. --bucketing makes a batch's sentences nearly equal in length."""
-    sentences = data.sts_corpus(data_dir)[:4004]
+    sentences = consert_train.sts_corpus(data_dir)[:4004]
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
     lengths = torch.tensor(data.token_lengths(encoder.tokenizer, sentences, 75), dtype=torch.float)
 
