@@ -18,7 +18,6 @@ import cli
 import consert_train
 import evaluate
 import train
-import tsdae
 import tsdae_train
 from model import SentenceEncoder
 

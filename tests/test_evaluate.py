@@ -14,7 +14,7 @@ from sklearn.metrics import average_precision_score
 
 import cli
 import evaluate as ev
-from data import CorpusError, UsageError
+from data import UsageError
 
 ASKUBUNTU_TINY = Path(__file__).resolve().parent / "data" / "askubuntu_tiny"
 

@@ -410,7 +410,7 @@ def test_the_command_line_scores_useb_and_reports_a_bad_file_in_one_line(useb_da
 # ---------------------------------------------------------------------------
 
 def test_reproduce_script_dry_run_prints_commands_the_parsers_accept():
-    import tsdae
+    import tsdae_train
 
     out = subprocess.run(["bash", str(ROOT / "examples" / "reproduce_tsdae.sh"), "--dry-run"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout
