@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 MARKER = re.compile(r"^\s*# Exercise (\d+) \(ASSIGNMENTS\.md\)\s*$")
-SOURCES = ("model.py", "checkpoint.py", "data.py", "tsdae.py", "consert.py", "evaluate.py")  # the files exercises live in
+SOURCES = ("model.py", "weights.py", "data.py", "tsdae.py", "consert.py", "evaluate.py")  # the files exercises live in
 LEFT_OUT = {".git", "runs", "data", "__pycache__", ".pytest_cache"}  # not copied into a student copy
 
 # Each exercise's tests: they run the plain path, the one the exercises fill in.

@@ -8,7 +8,7 @@
 
 The caller fills a ModelCard: cli.model_card from a run's arguments (cli.non_default_settings, cli.command_line),
 train.py as the run goes (steps, best dev score); model.SentenceEncoder.save_pretrained writes it. This file reads
-a folder only through checkpoint.py and knows no command line.
+a folder only through weights.py and knows no command line.
 
 No YAML library: the front matter holds only strings and lists of strings, each written as a double-quoted YAML
 scalar (yaml_string), which nothing in a value can break.
@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from checkpoint import (POOLING_MODES, ModelLoadError, default_model_path, read_config, read_max_length,
+from weights import (POOLING_MODES, ModelLoadError, default_model_path, read_config, read_max_length,
                         read_pooling)
 
 # The methods this repository trains: arXiv id and title of each paper.

@@ -1,6 +1,6 @@
 """The command-line toolkit of the scripts: tsdae.py, consert_train.py (which `python consert.py` runs),
 evaluate.py, examples/reconstruct.py and bench/. Only scripts import it: the layers below (train.py, the
-methods, model.py, card.py, data.py, checkpoint.py) know no command line.
+methods, model.py, card.py, data.py, weights.py) know no command line.
 
   ArgumentParser, HelpFormatter   argparse with one-line errors, and --help with each default shown once
   add_run_arguments               the flags every training run has (--out, --resume, --device, --amp, ...)
@@ -25,9 +25,9 @@ from typing import Callable
 import torch
 
 import card
-import checkpoint
+import weights
 import distributed
-from checkpoint import ModelLoadError
+from weights import ModelLoadError
 from data import UsageError  # defined below the scripts, so train.py can raise one; cli.UsageError to them
 
 
@@ -86,7 +86,7 @@ def model_card(method: str, parser: argparse.ArgumentParser, args: argparse.Name
                sentences: list[str], pooling: str, lr: float, corpus: str | None = None) -> Callable:
     """The model card of a run's saved models, as a function of where the run stands (steps, best dev score)."""
     lines, digest = card.corpus_fingerprint(sentences)
-    fixed = dict(method=method, base_model=str(args.model or checkpoint.default_model_path()), pooling=pooling,
+    fixed = dict(method=method, base_model=str(args.model or weights.default_model_path()), pooling=pooling,
                  corpus=str(corpus or args.corpus), corpus_lines=lines, corpus_sha256=digest, batch_size=args.batch_size,
                  lr=lr, command=command_line(argv), non_default_settings=non_default_settings(parser, args),
                  dev_metric=args.eval_task if args.eval_data else None)

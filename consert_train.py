@@ -25,7 +25,7 @@ import distributed
 import evaluate
 import fast
 import train
-from checkpoint import default_model_path
+from weights import default_model_path
 from consert import (NLI_FEATURES, NLI_LABELS, VIEW_NAMES, ConSERTLoss, NLIDataset, SentenceDataset, View, check_views,
                      collate_nli, collate_sentences, switch_off_dropout)
 from data import STS_SUBSETS, CorpusError, load_sick, load_stsb, read_corpus, read_lines

@@ -40,7 +40,7 @@ from scipy.stats import spearmanr
 
 import cli
 import fast
-from checkpoint import default_model_path
+from weights import default_model_path
 from data import STS_SUBSETS, CorpusError, UsageError, load_sick, load_stsb, load_sts_year, progress, read_lines
 from model import SentenceEncoder
 

@@ -12,7 +12,7 @@ Read top to bottom:
 
 No objective and no training here. Two pieces exist for the methods: the `memory` of MultiHeadAttention (TSDAE's
 cross-attention) and last2-mean pooling (ConSERT's official evaluation). The files on disk (safetensors, Hugging
-Face names, Hub ids) are checkpoint.py's job; speed-ups are fast.py's.
+Face names, Hub ids) are weights.py's job; speed-ups are fast.py's.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-import checkpoint
+import weights
 import data
 from card import ModelCard, write_model_card
 
@@ -47,7 +47,7 @@ class BertConfig:
     attention_probs_dropout_prob: float = 0.1
     pad_token_id: int = 0
     hidden_act: str = "gelu"
-    # What the other checkpoint families change (checkpoint.ARCHITECTURES sets these from their config.json):
+    # What the other checkpoint families change (weights.ARCHITECTURES sets these from their config.json):
     model_type: str = "bert"  # the Hugging Face layout to save back in
     embedding_size: int | None = None  # ELECTRA: embeddings this wide, projected to hidden_size (None: hidden_size)
     position_offset: int = 0  # RoBERTa / XLM-R: position ids count from pad_token_id + 1
@@ -278,7 +278,7 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch
 # The official ConSERT evaluation pools the average of the last two layers ("last2avg"): an evaluation-time
 # choice of SentenceEncoder, which a sentence-transformers folder cannot express.
 LAST2_MEAN = "last2-mean"
-POOLINGS = (*checkpoint.POOLING_MODES, LAST2_MEAN)
+POOLINGS = (*weights.POOLING_MODES, LAST2_MEAN)
 
 
 # ----------------------------------------------------------------------------
@@ -286,15 +286,15 @@ POOLINGS = (*checkpoint.POOLING_MODES, LAST2_MEAN)
 
 
 def load_bert(folder: str | Path) -> Bert:
-    """A Bert (of any family in checkpoint.ARCHITECTURES) from a local Hugging Face folder, every tensor checked
+    """A Bert (of any family in weights.ARCHITECTURES) from a local Hugging Face folder, every tensor checked
     by name and shape."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise checkpoint.ModelLoadError(f"model folder {folder} does not exist")
-    cfg = BertConfig.from_dict(checkpoint.read_config(folder))
-    state = checkpoint.read_weights(folder, cfg.model_type)
-    bert = Bert(cfg, with_mlm_head=checkpoint.has_mlm_head(state, cfg.model_type))
-    checkpoint.copy_weights({checkpoint.hf_name(n, cfg.model_type): p for n, p in bert.named_parameters()}, state, folder)
+        raise weights.ModelLoadError(f"model folder {folder} does not exist")
+    cfg = BertConfig.from_dict(weights.read_config(folder))
+    state = weights.read_weights(folder, cfg.model_type)
+    bert = Bert(cfg, with_mlm_head=weights.has_mlm_head(state, cfg.model_type))
+    weights.copy_weights({weights.hf_name(n, cfg.model_type): p for n, p in bert.named_parameters()}, state, folder)
     return bert
 
 
@@ -313,12 +313,12 @@ class SentenceEncoder(nn.Module):
     def from_pretrained(cls, path: str | Path, pooling: str | None = None, max_length: int | None = None) -> SentenceEncoder:
         """`path`: a local folder or a Hugging Face Hub id. pooling / max_length default to the folder's
         sentence-transformers settings, else mean / 256."""
-        folder = checkpoint.resolve_model(path)
+        folder = weights.resolve_model(path)
         bert = load_bert(folder)
-        pooling = pooling or checkpoint.read_pooling(folder) or "mean"
+        pooling = pooling or weights.read_pooling(folder) or "mean"
         positions = bert.cfg.max_position_embeddings - bert.cfg.position_offset
-        max_length = min(max_length or checkpoint.read_max_length(folder) or 256, positions)
-        return cls(bert, checkpoint.load_tokenizer(folder), pooling, max_length, source=folder)
+        max_length = min(max_length or weights.read_max_length(folder) or 256, positions)
+        return cls(bert, weights.load_tokenizer(folder), pooling, max_length, source=folder)
 
     @property
     def device(self) -> torch.device:
@@ -353,13 +353,13 @@ class SentenceEncoder(nn.Module):
         if self.pooling == LAST2_MEAN:
             raise ValueError(f"a sentence-transformers folder cannot express {LAST2_MEAN} pooling; save with another")
         cfg = self.bert.cfg
-        with checkpoint.atomic_dir(Path(out_dir)) as tmp:
-            weights = {checkpoint.hf_name(n, cfg.model_type): p for n, p in self.bert.named_parameters()
+        with weights.atomic_dir(Path(out_dir)) as tmp:
+            weights = {weights.hf_name(n, cfg.model_type): p for n, p in self.bert.named_parameters()
                        if not n.startswith("mlm_head.")}
-            checkpoint.write_safetensors(weights, tmp / "model.safetensors")
-            base = checkpoint.read_json(self.source / "config.json", missing=None) if self.source else None
-            checkpoint.write_json(tmp / "config.json", checkpoint.hf_config(cfg.to_dict(), base))
-            checkpoint.save_tokenizer(self.tokenizer, tmp, self.source, cfg.model_type)
-            checkpoint.write_sentence_transformers(tmp, self.pooling, self.max_length, self.bert.cfg.hidden_size)
+            weights.write_safetensors(weights, tmp / "model.safetensors")
+            base = weights.read_json(self.source / "config.json", missing=None) if self.source else None
+            weights.write_json(tmp / "config.json", weights.hf_config(cfg.to_dict(), base))
+            weights.save_tokenizer(self.tokenizer, tmp, self.source, cfg.model_type)
+            weights.write_sentence_transformers(tmp, self.pooling, self.max_length, self.bert.cfg.hidden_size)
             if card is not None:
                 write_model_card(tmp, card)

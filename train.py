@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 import data
 import distributed
 from card import ModelCard
-from checkpoint import ModelLoadError, atomic_dir
+from weights import ModelLoadError, atomic_dir
 from model import SentenceEncoder
 
 

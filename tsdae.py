@@ -13,7 +13,7 @@ Read top to bottom:
   5. what the vector remembers (§3.2)    greedy_decode, beam_decode: rebuild a sentence from its vector
                                          (examples/reconstruct.py); save_decoder, load_decoder
 The experiment (its settings, the batches, the command line) is tsdae_train.py; `python tsdae.py` runs it.
-This file imports only the layers below it: model.py, data.py and checkpoint.py (the weights' files).
+This file imports only the layers below it: model.py, data.py and weights.py (the weights' files).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-import checkpoint
+import weights
 import data
 from model import Bert, BertConfig, EncoderLayer, MLMHead, MultiHeadAttention, SentenceEncoder, init_weights
 
@@ -303,20 +303,20 @@ def beam_decode(decoder: TSDAEDecoder, sentence_vec: torch.Tensor, start_id: int
 def save_decoder(objective: TSDAELoss, folder: Path, settings: dict) -> None:
     encoder = {id(p) for n, p in objective.encoder.bert.named_parameters() if not n.startswith("mlm_head.")}
     own = {n: p for n, p in objective.decoder.named_parameters() if id(p) not in encoder}
-    with checkpoint.atomic_dir(folder) as tmp:
-        checkpoint.write_safetensors(own, tmp / "decoder.safetensors")
-        checkpoint.write_json(tmp / "decoder.json", settings)
+    with weights.atomic_dir(folder) as tmp:
+        weights.write_safetensors(own, tmp / "decoder.safetensors")
+        weights.write_json(tmp / "decoder.json", settings)
 
 
 def load_decoder(run: Path) -> tuple[TSDAELoss, dict]:
     """A trained run's encoder (run/model) and decoder (run/decoder), and the decoder's settings."""
-    settings = checkpoint.read_json(run / "decoder" / "decoder.json",
+    settings = weights.read_json(run / "decoder" / "decoder.json",
                                     missing=f"{run} holds no decoder/ (a run of tsdae.py from before it kept one?)")
     objective = TSDAELoss(SentenceEncoder.from_pretrained(run / "model"), tie=settings["tie"],
                           normalisation=settings["normalisation"])
-    state = checkpoint.read_safetensors(run / "decoder" / "decoder.safetensors")
+    state = weights.read_safetensors(run / "decoder" / "decoder.safetensors")
     own = {n: p for n, p in objective.decoder.named_parameters() if n in state}
-    checkpoint.copy_weights(own, state, run / "decoder")  # also: every saved tensor found its parameter
+    weights.copy_weights(own, state, run / "decoder")  # also: every saved tensor found its parameter
     return objective.eval(), settings
 
 

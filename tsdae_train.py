@@ -19,7 +19,7 @@ import evaluate
 import fast
 import train
 import tsdae
-from checkpoint import default_model_path
+from weights import default_model_path
 from model import SentenceEncoder
 
 

@@ -76,7 +76,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-import checkpoint  # noqa: E402
+import weights  # noqa: E402
 import cli  # noqa: E402
 import consert  # noqa: E402
 import data  # noqa: E402
@@ -578,7 +578,7 @@ def main(argv=None) -> int:
         run_job(args._job)
         return 0
     device = cli.device(args.device)
-    model_path = args.model or checkpoint.default_model_path()
+    model_path = args.model or weights.default_model_path()
     encoder = model.SentenceEncoder.from_pretrained(model_path)  # its max length is the one encode uses
     cfg, tokenizer = encoder.bert.cfg, encoder.tokenizer
     from evaluate import default_data_dir

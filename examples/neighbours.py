@@ -14,7 +14,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import data  # noqa: E402
-from checkpoint import ModelLoadError, default_model_path  # noqa: E402
+from weights import ModelLoadError, default_model_path  # noqa: E402
 from model import SentenceEncoder  # noqa: E402
 
 

@@ -10,7 +10,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from checkpoint import default_model_path  # noqa: E402
+from weights import default_model_path  # noqa: E402
 
 DATA_DIR = Path(os.environ.get("EVAL_DATA_DIR", ROOT / "data")).resolve()  # as evaluate.default_data_dir
 
@@ -48,14 +48,14 @@ def sts_sentences(data_dir) -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, minilm_path) -> Path:
     """A 2-layer, 32-wide random BERT with MiniLM's vocabulary: training tests run in seconds on it."""
-    import checkpoint
+    import weights
     from model import Bert, BertConfig, SentenceEncoder
 
     cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                      max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("tiny") / "model"
-    SentenceEncoder(Bert(cfg), checkpoint.load_tokenizer(Path(minilm_path)), "cls", 64, source=Path(minilm_path)).save_pretrained(folder)
+    SentenceEncoder(Bert(cfg), weights.load_tokenizer(Path(minilm_path)), "cls", 64, source=Path(minilm_path)).save_pretrained(folder)
     return folder
 
 

@@ -11,14 +11,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import checkpoint
+import weights
 import consert
 import consert_train
 import data
 import fast
 import tsdae
 import tsdae_train
-from checkpoint import ModelLoadError
+from weights import ModelLoadError
 from model import SentenceEncoder, load_bert, pool
 
 KINDS = ["bert", "distilbert", "roberta", "xlm-roberta", "electra"]
@@ -136,7 +136,7 @@ def test_masked_lm_head_loads_and_the_tsdae_decoder_starts_from_it(kind, checkpo
     folder = checkpoints[f"{kind}-mlm"]
     bert = load_bert(folder).eval()
     assert bert.mlm_head is not None and load_bert(checkpoints[kind]).mlm_head is None
-    encoder = SentenceEncoder(bert, checkpoint.load_tokenizer(folder), "mean", 64)
+    encoder = SentenceEncoder(bert, weights.load_tokenizer(folder), "mean", 64)
     ids, mask = batch(encoder)
     with torch.no_grad():
         theirs = AutoModelForMaskedLM.from_pretrained(folder).eval()(input_ids=ids, attention_mask=mask).logits
@@ -160,8 +160,8 @@ def test_both_methods_train_and_save_in_the_familys_own_layout(kind, checkpoints
     for run in ("tsdae", "consert"):
         saved = tmp_path / run / "model"
         assert AutoConfig.from_pretrained(saved).model_type == kind
-        names = set(checkpoint.read_safetensors(saved / "model.safetensors"))
-        assert names == set(checkpoint.read_safetensors(checkpoints[kind] / "model.safetensors")) - {"pooler.dense.weight",
+        names = set(weights.read_safetensors(saved / "model.safetensors"))
+        assert names == set(weights.read_safetensors(checkpoints[kind] / "model.safetensors")) - {"pooler.dense.weight",
                                                                                                      "pooler.dense.bias"}
         ours = SentenceEncoder.from_pretrained(saved)
         ids, mask = batch(ours)
@@ -200,7 +200,7 @@ def test_words_are_real_words_in_every_tokenizer_family(checkpoints):
                 "roberta": ["Stocks", " fell", " unbelievably", " on", " Monday", "."],
                 "xlm-roberta": ["Stocks", "fell", "unbelievably", "on", "Monday."]}
     for kind, words in expected.items():
-        tokenizer = checkpoint.load_tokenizer(checkpoints[kind])
+        tokenizer = weights.load_tokenizer(checkpoints[kind])
         head, found, tail = tsdae.words_of(tokenizer, sentence)
         assert len(head) == 1 and len(tail) == 1  # [CLS] / <s> and [SEP] / </s>
         assert [tokenizer.decode(w).replace("▁", " ").strip() if kind == "xlm-roberta" else tokenizer.decode(w)

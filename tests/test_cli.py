@@ -208,7 +208,7 @@ def test_the_import_graph_has_layers_and_no_cycle():
 
     heights = {name: height(name) for name in modules}
     for method in ("tsdae", "consert"):
-        assert graph[method] <= {"model", "data", "checkpoint"}, (method, graph[method])
+        assert graph[method] <= {"model", "data", "weights"}, (method, graph[method])
         assert entry[method] == {"cli", f"{method}_train"}, (method, entry[method])
         assert method in graph[f"{method}_train"]
     assert heights["tsdae"] == heights["consert"] and heights["tsdae_train"] == heights["consert_train"], heights

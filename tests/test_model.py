@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import data
 import fast
-from checkpoint import ModelLoadError, load_tokenizer, read_safetensors, write_safetensors
+from weights import ModelLoadError, load_tokenizer, read_safetensors, write_safetensors
 from model import Bert, BertConfig, MultiHeadAttention, SentenceEncoder, attention, load_bert, pool
 
 
@@ -142,7 +142,7 @@ def test_save_is_atomic(minilm, tmp_path, monkeypatch):
     def crash(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("checkpoint.write_safetensors", crash)
+    monkeypatch.setattr("weights.write_safetensors", crash)
     with pytest.raises(KeyboardInterrupt):
         minilm.save_pretrained(out)
     assert (out / "model.safetensors").read_bytes() == before

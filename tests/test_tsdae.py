@@ -18,8 +18,8 @@ import fast
 import train
 import tsdae
 import tsdae_train
-import checkpoint
-from checkpoint import load_tokenizer
+import weights
+from weights import load_tokenizer
 from model import SentenceEncoder
 from train import TrainingStopped
 from tsdae import TSDAELoss
@@ -79,7 +79,7 @@ def test_loss_and_gradients_equal_sentence_transformers(minilm_path, sts_sentenc
     ref_loss.backward()
     ref_params = dict(st[0].auto_model.named_parameters())
     for name, p in ours.encoder.bert.named_parameters():
-        g_ref = ref_params[checkpoint.hf_name(name)].grad
+        g_ref = ref_params[weights.hf_name(name)].grad
         if name.endswith("attn.k.bias"):
             # softmax(q.(k + b)) does not depend on the key bias b: its true gradient is 0, both sides are float noise
             assert p.grad.abs().max() < 1e-6 and g_ref.abs().max() < 1e-6

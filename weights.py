@@ -1,4 +1,5 @@
-"""Model folders on disk: the files a Hugging Face / sentence-transformers folder holds, and their names.
+"""The weights' files: what a Hugging Face / sentence-transformers model folder holds, and its names. (A run's
+resumable state, OUT/checkpoint/, is train.py's.)
 
   read_safetensors / write_safetensors   the weights file, by hand (8-byte header length, JSON header, raw bytes)
   ARCHITECTURES, hf_name, read_weights   each checkpoint family (BERT, RoBERTa / XLM-R, DistilBERT, ELECTRA): its
