@@ -354,9 +354,9 @@ class SentenceEncoder(nn.Module):
             raise ValueError(f"a sentence-transformers folder cannot express {LAST2_MEAN} pooling; save with another")
         cfg = self.bert.cfg
         with weights.atomic_dir(Path(out_dir)) as tmp:
-            weights = {weights.hf_name(n, cfg.model_type): p for n, p in self.bert.named_parameters()
+            tensors = {weights.hf_name(n, cfg.model_type): p for n, p in self.bert.named_parameters()
                        if not n.startswith("mlm_head.")}
-            weights.write_safetensors(weights, tmp / "model.safetensors")
+            weights.write_safetensors(tensors, tmp / "model.safetensors")
             base = weights.read_json(self.source / "config.json", missing=None) if self.source else None
             weights.write_json(tmp / "config.json", weights.hf_config(cfg.to_dict(), base))
             weights.save_tokenizer(self.tokenizer, tmp, self.source, cfg.model_type)
