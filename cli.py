@@ -85,11 +85,11 @@ def add_selection_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup
 def model_card(method: str, parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str] | None,
                sentences: list[str], pooling: str, lr: float, corpus: str | None = None) -> Callable:
     """The model card of a run's saved models, as a function of where the run stands (steps, best dev score)."""
-    lines, digest = card.corpus_fingerprint(sentences)
     fixed = dict(method=method, base_model=str(args.model or weights.default_model_path()), pooling=pooling,
-                 corpus=str(corpus or args.corpus), corpus_lines=lines, corpus_sha256=digest, batch_size=args.batch_size,
-                 lr=lr, command=command_line(argv), non_default_settings=non_default_settings(parser, args),
+                 corpus=str(corpus or args.corpus), batch_size=args.batch_size, lr=lr, command=command_line(argv),
+                 non_default_settings=non_default_settings(parser, args),
                  dev_metric=args.eval_task if args.eval_data else None)
+    fixed["corpus_lines"], fixed["corpus_sha256"] = card.corpus_fingerprint(sentences)
     return lambda state: card.ModelCard(**fixed, steps=state.step, dev_score=state.best)
 
 

@@ -363,14 +363,14 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
-    device = cli.device(args.device)
-    # read every input first: bad input stops the run before any model is loaded or any file is written
-    evaluate.check_dev_task(args.eval_task, args.eval_data)
     plan = stages(args)  # e.g. joint-unsup: joint on NLI, then contrastive on the corpus
+    # read every input first: bad input stops the run before any model is loaded or any file is written
     nli = read_nli(args.nli, args.bad_lines) if plan[0].kind != "unsup" else None
     corpus = None
     if plan[-1].kind == "unsup":
         corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else read_corpus(args.corpus, args.bad_lines)
+    device = cli.device(args.device)
+    evaluate.check_dev_task(args.eval_task, args.eval_data)
     cli.check_out_folder(out, args.resume, args.overwrite)
     rank, world = distributed.init()  # once, for every stage
     torch.manual_seed(args.seed)

@@ -82,10 +82,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
+    # read every input first: bad input stops the run before any model is loaded or any file is written
+    sentences = data.read_corpus(args.corpus, args.bad_lines)
     device = cli.device(args.device)
     evaluate.check_dev_task(args.eval_task, args.eval_data)
-    sentences = data.read_corpus(args.corpus, args.bad_lines)
     cli.check_out_folder(out, args.resume, args.overwrite)
+    card = cli.model_card("TSDAE", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr)
     rank, world = distributed.init()
     torch.manual_seed(args.seed)
     base_model = args.model or default_model_path()
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         eval_every=args.eval_every, eval_fn=evaluate.dev_fn(args.eval_task, args.eval_data),
         keep_best=bool(args.eval_data),
         log_fn=evaluate.alignment_fn(args.eval_data) if args.log_alignment and args.eval_data else None,
-        card=cli.model_card("TSDAE", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr),
+        card=card,
         save_with_model=lambda run: tsdae.save_decoder(plain, run / "decoder", decoder))  # for examples/reconstruct.py
     if rank == 0:
         print(f"TSDAE: {len(sentences)} sentences, {steps} steps of {args.batch_size} on {world} x {device}"
