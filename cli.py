@@ -73,8 +73,9 @@ def add_selection_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup
     p.add_argument("--eval-data", default=None, help=f"evaluation data folder: evaluate --eval-task during training, "
                                                      f"keep the best encoder in OUT/best ({what})")
     p.add_argument("--eval-task", default="stsb-dev",
-                   help="the dev score: any evaluate.py task, on its dev data (stsb-dev; useb-askubuntu and the other "
-                        "USEB tasks on USEB's valid split, the TSDAE paper's point, §4; rerank:PATH, your own)")
+                   help="the dev score, a task with dev data of its own: stsb-dev; useb-askubuntu, useb-cqadupstack, "
+                        "useb-scidocs on USEB's valid split (the TSDAE paper's point, §4); rerank:PATH, your own file. "
+                        "Test-only tasks (stsb, sickr, useb-twitterpara, ...) are refused")
     p.add_argument("--eval-every", type=int, default=eval_every,
                    help="steps of each epoch between evaluations, and one at each epoch's end")
     p.add_argument("--log-alignment", action="store_true",

@@ -174,9 +174,9 @@ def make_parser() -> cli.ArgumentParser:
     both.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§5.4)")
     both.add_argument("--adv-norm", type=float, default=1.0, help="per-token length of the adversarial perturbation")
     both.add_argument("--cl-weight", type=float, default=0.15, help="factor on the contrastive loss (official cl_rate)")
-    both.add_argument("--optimizer", default="pytorch", choices=["pytorch", "official"],
-                      help="pytorch: PyTorch's AdamW, warm-up from lr/warmup-steps; official: the official code's AdamW "
-                           "without bias correction, warm-up from lr 0 (to reproduce its numbers)")
+    both.add_argument("--optimizer", default="official", choices=["official", "pytorch"],
+                      help="official: the official code's AdamW without bias correction, warm-up from lr 0 (its "
+                           "numbers); pytorch: PyTorch's bias-corrected AdamW, warm-up from lr/warmup-steps")
     both.add_argument("--local-negatives", action="store_true",
                       help="under torchrun: contrast each process's share of the batch only (default: all processes')")
     cli.add_run_arguments(both, out="runs/consert")
@@ -344,6 +344,7 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
         adam_eps=1e-6, warmup_ratio=0.1, schedule="linear", grad_clip=1.0, amp=args.amp,
         optimizer_fn=OfficialAdamW if official else None, lr_factor_fn=official_lr_factor if official else None,
         save_every=args.save_every, eval_fn=eval_fn, eval_every=args.eval_every, keep_best=eval_fn is not None,
+        higher_is_better=evaluate.higher_is_better(args.eval_task),
         patience=stage.patience if eval_fn else 0, resume=resume,
         log_fn=evaluate.alignment_fn(args.eval_data) if args.log_alignment and args.eval_data else None,
         card=cli.model_card("ConSERT", make_parser(), args, argv, lines, pooling="mean", lr=stage.lr,

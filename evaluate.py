@@ -753,9 +753,10 @@ def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = 
 
 
 def dev_score(encoder, task: str, data_dir: str | Path | None = None, batch_size: int = 64) -> float:
-    """The training scripts' model-selection score (--eval-task): `task` on its dev data (USEB's valid split;
-    stsb-dev; your own rerank:PATH; ...). The group `useb` gives useb-avg."""
-    return evaluate(encoder, [task], data_dir, batch_size, split="valid")["useb-avg" if task == "useb" else task]
+    """The training scripts' model-selection score (--eval-task, one of DEV_TASKS or rerank:PATH): `task` on its dev
+    data (stsb-dev; USEB's valid split; your own rerank:PATH)."""
+    check_dev_task(task, None)
+    return evaluate(encoder, [task], data_dir, batch_size, split="valid")[task]
 
 
 def dev_fn(task: str, data_dir: str | Path | None):
@@ -769,17 +770,30 @@ def alignment_fn(data_dir: str | Path):
     return lambda encoder: alignment_uniformity(encoder, pairs)
 
 
+# The tasks model selection may read (--eval-task): each has dev data of its own, and whether a higher score is
+# better. Any other task would select on its test data (stsb, sickr, sts12-16, askubuntu, align-uniform: no dev
+# split here; USEB's TwitterPara: its "valid" split is its test set). rerank:PATH is the user's own file, taken
+# as dev data, higher (MAP) better.
+DEV_TASKS = {"stsb-dev": "higher", "useb-askubuntu": "higher", "useb-cqadupstack": "higher", "useb-scidocs": "higher"}
+
+
+def higher_is_better(task: str) -> bool:
+    """The direction of a dev task's score (DEV_TASKS; rerank:PATH: higher)."""
+    return DEV_TASKS.get(task, "higher") == "higher"
+
+
 def check_dev_task(task: str, data_dir: str | Path | None) -> None:
-    """The training scripts' check of --eval-task before anything is loaded: a one-line UsageError when `task`
-    cannot score dev data in data_dir (nothing to check without data_dir)."""
+    """The training scripts' check of --eval-task before anything is loaded: a one-line UsageError when `task` has
+    no dev data (DEV_TASKS, rerank:PATH), or, with data_dir, when its dev files are not there."""
+    if task not in DEV_TASKS and not task.startswith("rerank:"):
+        why = ("USEB has no dev split for TwitterPara: its valid split is its test set" if task == "useb-twitterpara"
+               else "USEB's average includes TwitterPara, whose valid split is its test set" if task == "useb"
+               else "it has no dev data here, so selection would read its test data" if task in TASKS or task == "all"
+               else f"unknown task {task!r}")
+        raise UsageError(f"--eval-task {task}: {why}; choose one with dev data: {', '.join(DEV_TASKS)} or rerank:PATH")
     if data_dir is None:
         return
-    try:
-        names = parse_tasks([task])
-    except ValueError as e:
-        raise UsageError(f"--eval-task {task}: {e}") from None
-    if names == ["all"]:
-        raise UsageError("--eval-task all: give one task (stsb-dev, useb-askubuntu, useb, rerank:PATH, ...)")
+    names = parse_tasks([task])
     problem = next(filter(None, (missing_file(t, Path(data_dir)) for t in names)), None)
     if problem:
         raise UsageError(f"--eval-task {task}: {problem}")

@@ -84,7 +84,9 @@ class Embeddings(nn.Module):
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """input_ids (B, L); position_ids (B, L): each token's position in its sentence, 0, 1, ... by default."""
         B, L = input_ids.shape
-        if position_ids is None:
+        if position_ids is None and self.offset:  # RoBERTa counts the real tokens only, as transformers does, so a
+            position_ids = (input_ids != self.pad_id).cumsum(1) - 1  # left-padded sentence gets its own positions
+        elif position_ids is None:
             position_ids = torch.arange(L, device=input_ids.device).expand(B, L)  # (B, L)
         if self.offset:  # RoBERTa counts from pad_token_id + 1, and padding keeps pad_token_id
             position_ids = torch.where(input_ids == self.pad_id, self.pad_id, position_ids + self.offset)

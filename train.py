@@ -15,6 +15,7 @@ Each method hands `train` an `objective`: a module whose forward(batch) returns 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -35,7 +36,7 @@ from model import SentenceEncoder
 
 
 class TrainingStopped(data.UsageError):
-    """Training ended early on purpose (NaN loss). One line for the user; the last good checkpoint is kept."""
+    """Training ended early (NaN loss, a failed write). One line for the user; the last good checkpoint is kept."""
 
 
 @dataclass
@@ -57,6 +58,7 @@ class TrainSettings:
     eval_fn: Callable[[SentenceEncoder], float] | None = None  # e.g. STS-benchmark dev Spearman
     log_fn: Callable[[SentenceEncoder], dict] | None = None  # more numbers for log.jsonl at each evaluation
     eval_every: int = 0  # evaluate every N steps of each epoch, and at each epoch's end (with eval_fn)
+    higher_is_better: bool = True  # the direction of eval_fn's score (evaluate.higher_is_better)
     keep_best: bool = False  # save the encoder with the best eval score to out/best
     patience: int = 0  # stop after this many evaluations without a better score (0: never)
     resume: bool = False
@@ -206,7 +208,7 @@ class ModelSelection:
         logged = self.settings.log_fn(self.encoder) if self.settings.log_fn else {}
         objective.train()  # evaluation switched the encoder to eval mode
         for _ in range(evaluations):
-            if state.best is None or score > state.best:
+            if state.best is None or (score > state.best if self.settings.higher_is_better else score < state.best):
                 state.best, state.evals_since_best = score, 0
                 if self.settings.keep_best:
                     self.run.save_model("best", state)
@@ -237,8 +239,27 @@ class RunFolder:
         self.log_file = None
         if self.writes:  # a fresh run starts a fresh log; --resume continues the old one
             self.out.mkdir(parents=True, exist_ok=True)
+            if self.settings.resume:
+                self.drop_logged_steps_after_the_checkpoint()
             self.log_file = open(self.out / "log.jsonl", "a" if self.settings.resume else "w", encoding="utf-8")
         return self
+
+    def drop_logged_steps_after_the_checkpoint(self) -> None:
+        """A run killed after its last checkpoint logged steps that the resume trains again: drop those lines (and a
+        half-written last one), so that every step is logged once."""
+        state, log = read_progress(self.checkpoint), self.out / "log.jsonl"
+        if state is None or not log.exists():
+            return
+        kept = []
+        for line in log.read_text(encoding="utf-8").splitlines(keepends=True):
+            try:
+                if line.endswith("\n") and json.loads(line)["step"] <= state.step:
+                    kept.append(line)
+            except (json.JSONDecodeError, KeyError, TypeError):
+                pass
+        tmp = log.with_name("log.jsonl.tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        tmp.replace(log)
 
     def after_step(self, state: RunState, record: dict) -> None:
         if self.log_file:
@@ -251,14 +272,26 @@ class RunFolder:
         """model/ or best/, with its model card; with model/, the method's own files (save_with_model)."""
         if not self.writes:
             return
-        self.encoder.save_pretrained(self.out / name, card=self.settings.card(state) if self.settings.card else None)
-        if name == "model" and self.settings.save_with_model:
-            self.settings.save_with_model(self.out)
+        with self.writing(self.out / name):
+            self.encoder.save_pretrained(self.out / name, card=self.settings.card(state) if self.settings.card else None)
+            if name == "model" and self.settings.save_with_model:
+                self.settings.save_with_model(self.out)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def writing(folder: Path) -> Iterator[None]:
+        """A failed write (a full disk, a lost mount) ends the run in one line; the folder written before is kept
+        whole (weights.atomic_dir)."""
+        try:
+            yield
+        except OSError as e:
+            raise TrainingStopped(f"could not write {folder} ({e.strerror or e}); stopped. What was written before "
+                                  f"is kept as it was") from None
 
     def save_checkpoint(self, state: RunState) -> None:
         if not self.writes:
             return
-        with atomic_dir(self.checkpoint) as tmp:
+        with self.writing(self.checkpoint), atomic_dir(self.checkpoint) as tmp:
             self.encoder.save_pretrained(tmp / "encoder")  # the encoder so far, loadable like any model folder
             torch.save({
                 "objective": self.objective.state_dict(),

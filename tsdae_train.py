@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = train.TrainSettings(
         out=out, steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every, resume=args.resume,
         eval_every=args.eval_every, eval_fn=evaluate.dev_fn(args.eval_task, args.eval_data),
-        keep_best=bool(args.eval_data),
+        keep_best=bool(args.eval_data), higher_is_better=evaluate.higher_is_better(args.eval_task),
         log_fn=evaluate.alignment_fn(args.eval_data) if args.log_alignment and args.eval_data else None,
         card=card,
         save_with_model=lambda run: tsdae.save_decoder(plain, run / "decoder", decoder))  # for examples/reconstruct.py

@@ -400,7 +400,13 @@ class atomic_dir:
         old = self.final.with_name(f".{self.final.name}.old-{os.getpid()}")
         if self.final.exists():
             os.replace(self.final, old)  # two renames: a directory cannot replace a non-empty one in one step
-        os.replace(self.tmp, self.final)
+        try:
+            os.replace(self.tmp, self.final)
+        except OSError:  # the old folder goes back where it was
+            if old.exists():
+                os.replace(old, self.final)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
         shutil.rmtree(old, ignore_errors=True)
 
 

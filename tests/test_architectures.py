@@ -127,6 +127,25 @@ def test_encoder_equals_transformers_on_both_paths(kind, checkpoints):
         assert F.cosine_similarity(vectors, pool(theirs, mask, "mean")).min() >= 0.99999
 
 
+@pytest.mark.parametrize("kind", ["roberta", "xlm-roberta"])
+def test_left_padding_gets_the_positions_transformers_gives(kind, checkpoints):
+    """RoBERTa / XLM-R count positions over the real tokens (transformers' create_position_ids_from_input_ids): a
+    left-padded batch gives the same real-token states as RobertaModel, and as the same batch padded on the right."""
+    folder = checkpoints[kind]
+    encoder = SentenceEncoder.from_pretrained(folder, pooling="mean").eval()
+    ids, mask = batch(encoder)
+    pad = encoder.bert.cfg.pad_token_id
+    lengths = mask.sum(1)
+    left_ids, left_mask = torch.full_like(ids, pad), torch.zeros_like(mask)
+    for b, n in enumerate(lengths.tolist()):
+        left_ids[b, ids.shape[1] - n:], left_mask[b, ids.shape[1] - n:] = ids[b, :n], 1
+    with torch.no_grad():
+        theirs = hf_model(folder)(input_ids=left_ids, attention_mask=left_mask).last_hidden_state
+        ours, right = encoder.bert(left_ids, left_mask), encoder.bert(ids, mask)
+    assert (ours[left_mask.bool()] - theirs[left_mask.bool()]).abs().max() < 1e-5
+    assert (ours[left_mask.bool()] - right[mask.bool()]).abs().max() < 1e-5
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_masked_lm_head_loads_and_the_tsdae_decoder_starts_from_it(kind, checkpoints):
     """A *ForMaskedLM checkpoint: our head's logits equal transformers' (ELECTRA: its generator's head, which

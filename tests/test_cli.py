@@ -4,6 +4,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import cli
 import consert_train
 import evaluate
 import train
+import tsdae
 import tsdae_train
 from model import SentenceEncoder
 
@@ -263,3 +265,91 @@ def test_eval_task_drives_the_log_and_best(script, tiny_model_dir, small_corpus,
               "--eval-data", tmp_path, "--eval-task", "useb-askubuntu")
     assert "--eval-task useb-askubuntu: missing data file" in one_line_error(bad)
     assert not (tmp_path / "other").exists()
+
+
+@pytest.mark.parametrize("task", ["stsb", "sickr", "sts12", "askubuntu", "twitterpara", "align-uniform", "all", "useb",
+                                  "useb-twitterpara"])
+def test_a_task_without_dev_data_is_refused_in_one_line(task, small_corpus, tmp_path):
+    """Selection reads dev data only: a test-only task is refused before anything loads, naming those with dev data
+    (with or without --eval-data); TwitterPara by name, as USEB's valid split of it is its test set."""
+    with pytest.raises(cli.UsageError) as refused:
+        evaluate.check_dev_task(task, None)
+    message = str(refused.value)
+    assert message.startswith(f"--eval-task {task}: ") and "stsb-dev, useb-askubuntu" in message
+    if task in ("useb", "useb-twitterpara"):
+        assert "valid split is its test set" in message
+    line = one_line_error(run("tsdae.py", "--corpus", small_corpus, "--out", tmp_path / "o", "--eval-task", task))
+    assert line == f"error: {message}" and not (tmp_path / "o").exists()
+
+
+def test_selection_reads_the_valid_split(monkeypatch):
+    """dev_score asks evaluate for the valid split: what the useb-* tasks read as their dev data."""
+    asked = []
+    monkeypatch.setattr(evaluate, "evaluate", lambda encoder, tasks, data_dir, batch_size, split: (
+        asked.append((tuple(tasks), split)) or {tasks[0]: 1.0}))
+    for task in evaluate.DEV_TASKS:
+        assert evaluate.dev_score(None, task, "data") == 1.0
+    assert asked == [((task,), "valid") for task in evaluate.DEV_TASKS]
+
+
+@pytest.mark.parametrize("higher_is_better", [True, False])
+def test_best_and_patience_honour_the_scores_direction(higher_is_better, tiny_model_dir, small_corpus, tmp_path):
+    """best/ keeps the best score in the task's direction, and patience counts evaluations without a better one."""
+    scores = iter([3.0, 1.0, 5.0, 0.5, 4.0, 2.0])
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="cls")
+    objective = tsdae.TSDAELoss(encoder)
+    loader = tsdae_train.pair_loader(small_corpus.read_text().splitlines(), encoder,
+                                     tsdae_train.parse_args(["--corpus", "x", "--batch-size", "4"]), torch.device("cpu"))
+    settings = train.TrainSettings(out=tmp_path, steps=6, lr=1e-3, eval_every=1, keep_best=True, patience=2,
+                                   eval_fn=lambda enc: next(scores), higher_is_better=higher_is_better)
+    state = train.train(encoder, objective, loader, settings, torch.device("cpu"))
+    logged = [json.loads(line)["eval"] for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    # step 4 ends the 4-step epoch and is an eval_every step: its score counts twice (the official schedule)
+    if higher_is_better:  # 3, 1, 5 (best), then 0.5 twice: two without a better score, stop at step 4
+        assert state.best == 5.0 and logged == [3.0, 1.0, 5.0, 0.5]
+    else:  # 3, 1 (best), 5, 0.5 (best, then once more without), 4: stop at step 5
+        assert state.best == 0.5 and logged == [3.0, 1.0, 5.0, 0.5, 4.0]
+    assert (tmp_path / "best").exists()
+
+
+def test_a_resume_logs_every_step_once(tiny_model_dir, small_corpus, tmp_path):
+    """A run killed after its last checkpoint had logged steps past it: the resume trains them again and logs
+    them once (the lines past the checkpoint, and a half-written one, are dropped), with the uninterrupted losses."""
+    common = ["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--batch-size", "4", "--lr", "1e-3"]
+    tsdae_train.main(common + ["--out", str(tmp_path / "a"), "--steps", "10"])
+    run_b = tmp_path / "b"
+    tsdae_train.main(common + ["--out", str(run_b), "--steps", "4"])
+    shutil.copytree(run_b / "checkpoint", tmp_path / "at4")
+    tsdae_train.main(common + ["--out", str(run_b), "--steps", "7", "--resume"])
+    shutil.rmtree(run_b / "checkpoint")  # as if killed during step 8, the last checkpoint at step 4
+    (tmp_path / "at4").rename(run_b / "checkpoint")
+    with open(run_b / "log.jsonl", "a") as f:
+        f.write('{"step": 8, "lo')  # the line the kill cut off
+    tsdae_train.main(common + ["--out", str(run_b), "--steps", "10", "--resume"])
+    logged = [json.loads(line) for line in (run_b / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == list(range(1, 11))
+    uninterrupted = [json.loads(line)["loss"] for line in (tmp_path / "a" / "log.jsonl").read_text().splitlines()]
+    assert [r["loss"] for r in logged] == uninterrupted
+
+
+def test_a_failed_write_keeps_the_previous_checkpoint_and_model(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
+    """A full disk during a save: one line, and the model/ and checkpoint/ written before stay whole and loadable."""
+    common = ["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--batch-size", "4", "--out", str(tmp_path)]
+    tsdae_train.main(common + ["--steps", "2", "--save-every", "0"])
+    before = SentenceEncoder.from_pretrained(tmp_path / "model").bert.state_dict()
+    real_save = torch.save
+
+    def full_disk(obj, path, *a, **kw):
+        real_save(obj, path, *a, **kw)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(train.TrainingStopped, match=r"could not write .*checkpoint \(No space left on device\)"):
+        tsdae_train.main(common + ["--steps", "4", "--save-every", "1", "--resume"])
+    monkeypatch.undo()
+    assert train.read_progress(tmp_path / "checkpoint").step == 2
+    after = SentenceEncoder.from_pretrained(tmp_path / "model").bert.state_dict()
+    assert all(torch.equal(before[name], after[name]) for name in before)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no half-written folder left
+    tsdae_train.main(common + ["--steps", "4", "--resume"])  # and it resumes from there
+    assert train.read_progress(tmp_path / "checkpoint").step == 4

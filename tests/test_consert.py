@@ -619,5 +619,26 @@ def test_official_optimizer_is_adamw_without_bias_correction_warmed_up_from_zero
                                    lr_factor_fn=consert_train.official_lr_factor)  # warm-up: ceil(9.5) = 10 steps
     assert [train.lr_factor(step, settings) for step in (0, 5, 10)] == [0.0, 0.5, 1.0]
     assert train.lr_factor(0, dataclasses.replace(settings, lr_factor_fn=None)) == 1 / 9  # int(9.5) steps
-    args = consert_train.parse_args(["--corpus", "x", "--optimizer", "official"])
-    assert args.optimizer == "official"
+    assert consert_train.parse_args(["--corpus", "x"]).optimizer == "official"  # the default
+
+
+@pytest.mark.parametrize("flag, stepped", [([], "official"), (["--optimizer", "pytorch"], "pytorch")])
+def test_the_chosen_optimizer_is_the_one_that_steps(flag, stepped, tiny_model_dir, small_corpus, tmp_path, monkeypatch):
+    """--optimizer reaches training: the default run steps OfficialAdamW with the official warm-up from lr 0,
+    --optimizer pytorch steps torch's AdamW."""
+    calls = {"official": 0, "pytorch": 0}
+    official_step, torch_step = consert_train.OfficialAdamW.step, torch.optim.AdamW.step
+
+    def count(name, real):
+        def step(self, *a, **kw):
+            calls[name] += 1
+            return real(self, *a, **kw)
+        return step
+
+    monkeypatch.setattr(consert_train.OfficialAdamW, "step", count("official", official_step))
+    monkeypatch.setattr(torch.optim.AdamW, "step", count("pytorch", torch_step))
+    consert_train.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
+                        "--batch-size", "4", "--steps", "3", *flag])
+    assert calls[stepped] == 3 and sum(calls.values()) == 3
+    first_lr = json.loads((tmp_path / "log.jsonl").read_text().splitlines()[0])["lr"]
+    assert (first_lr == 0.0) == (stepped == "official")  # the official warm-up starts at lr 0
