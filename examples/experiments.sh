@@ -55,11 +55,11 @@ exp1_tsdae() {
     ev tsdae_mini_lr1e-4 runs/tsdae_mini_lr1e-4/model stsb
 }
 exp1_consert() {
-    run consert_mini python consert.py --corpus runs/sts_sentences.txt --model $MINI --steps 100 --batch-size 96 --lr 2e-5 --temperature 0.05 --save-every 0 --overwrite --out runs/consert_mini
+    run consert_mini python consert.py --corpus runs/sts_sentences.txt --model $MINI --steps 100 --batch-size 96 --lr 2e-5 --optimizer pytorch --temperature 0.05 --save-every 0 --overwrite --out runs/consert_mini
     ev consert_mini $(enc consert_mini) stsb
 }
 exp1_simcse() {
-    run simcse_mini timeout 150 python consert.py --corpus runs/sts_sentences.txt --model $MINI --view1 simcse --view2 simcse --encoder-dropout on --steps 100 --batch-size 64 --lr 3e-5 --temperature 0.05 --save-every 0 --overwrite --out runs/simcse_mini
+    run simcse_mini timeout 150 python consert.py --corpus runs/sts_sentences.txt --model $MINI --view1 simcse --view2 simcse --encoder-dropout on --steps 100 --batch-size 64 --lr 3e-5 --optimizer pytorch --temperature 0.05 --save-every 0 --overwrite --out runs/simcse_mini
     ev simcse_mini $(enc simcse_mini) stsb
 }
 
@@ -74,7 +74,7 @@ exp2_tsdae() {
     ev tsdae_minilm_twitter $(enc tsdae_minilm_twitter) twitterpara
 }
 exp2_consert() {
-    run consert_minilm_twitter timeout 150 python consert.py --corpus runs/twitter_sentences.txt --steps 50 --batch-size 96 --lr 2e-5 --temperature 0.05 --save-every 0 --overwrite --out runs/consert_minilm_twitter
+    run consert_minilm_twitter timeout 150 python consert.py --corpus runs/twitter_sentences.txt --steps 50 --batch-size 96 --lr 2e-5 --optimizer pytorch --temperature 0.05 --save-every 0 --overwrite --out runs/consert_minilm_twitter
     ev consert_minilm_twitter $(enc consert_minilm_twitter) twitterpara
 }
 
@@ -96,7 +96,7 @@ exp3_seeds()  { for seed in 1 2; do tsdae_abl delete 0.3 $seed; tsdae_abl delete
 
 consert_abl() {  # consert_abl NAME ARGS...: 80 steps of 96 at lr 2e-5 from bert-mini, scored on STS-b dev
     local n=consert_abl_$1; shift
-    run $n python consert.py --corpus runs/sts_sentences.txt --model $MINI --steps 80 --batch-size 96 --lr 2e-5 --save-every 0 --overwrite --out runs/$n "$@"
+    run $n python consert.py --corpus runs/sts_sentences.txt --model $MINI --steps 80 --batch-size 96 --lr 2e-5 --optimizer pytorch --save-every 0 --overwrite --out runs/$n "$@"
     ev $n runs/$n/model stsb-dev
 }
 exp4() { exp4_temperatures; exp4_views; }  # ConSERT temperature and view-pair ablation on bert-mini
