@@ -72,10 +72,16 @@ def add_selection_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup
     """Flags for evaluation during training: which score the log, best/ and early stopping use."""
     p.add_argument("--eval-data", default=None, help=f"evaluation data folder: evaluate --eval-task during training, "
                                                      f"keep the best encoder in OUT/best ({what})")
-    p.add_argument("--eval-task", default="stsb-dev",
-                   help="the dev score, a task with dev data of its own: stsb-dev; useb-askubuntu, useb-cqadupstack, "
-                        "useb-scidocs on USEB's valid split (the TSDAE paper's point, §4); rerank:PATH, your own file. "
-                        "Test-only tasks (stsb, sickr, useb-twitterpara, ...) are refused")
+    p.add_argument("--eval-task", default=None,
+                   help="the dev score, a task with dev data of its own: stsb-dev (the default with --eval-data); "
+                        "useb-askubuntu, useb-cqadupstack, useb-scidocs on USEB's valid split (the TSDAE paper's "
+                        "point, §4); rerank:PATH, your own file; heldout-loss (the default with --heldout alone), "
+                        "heldout-uniformity: no labels needed. Test-only tasks (stsb, sickr, useb-twitterpara, ...) "
+                        "are refused")
+    p.add_argument("--heldout", type=int, default=0, metavar="N",
+                   help="keep N random lines of the data out of training; each evaluation logs the training loss on "
+                        "them (noise, views and dropout fixed) and their uniformity, lower is better: a dev signal "
+                        "without labels (docs/evaluation.md measures how well it tracks STS-b)")
     p.add_argument("--eval-every", type=int, default=eval_every,
                    help="steps of each epoch between evaluations, and one at each epoch's end")
     p.add_argument("--log-alignment", action="store_true",
@@ -89,7 +95,7 @@ def model_card(method: str, parser: argparse.ArgumentParser, args: argparse.Name
     fixed = dict(method=method, base_model=str(args.model or weights.default_model_path()), pooling=pooling,
                  corpus=str(corpus or args.corpus), batch_size=args.batch_size, lr=lr, command=command_line(argv),
                  non_default_settings=non_default_settings(parser, args),
-                 dev_metric=args.eval_task if args.eval_data else None)
+                 dev_metric=args.eval_task if evaluates(args) else None)
     fixed["corpus_lines"], fixed["corpus_sha256"] = card.corpus_fingerprint(sentences)
     return lambda state: card.ModelCard(**fixed, steps=state.step, dev_score=state.best)
 
@@ -141,6 +147,22 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace, positi
     for name in filter(given, ratios):
         if not 0.0 <= getattr(args, name) < 1.0:
             p.error(f"{flag(name)} must be in [0, 1) (got {getattr(args, name)})")
+
+
+def evaluates(args: argparse.Namespace) -> bool:
+    """Whether the run evaluates --eval-task during training: a held-out task, or any task with --eval-data."""
+    return bool(args.eval_task) and (bool(args.eval_data) or args.eval_task.startswith("heldout-"))
+
+
+def check_selection(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--eval-task's default (stsb-dev with --eval-data, else heldout-loss with --heldout, else nothing is
+    evaluated), and the held-out tasks' need for --heldout. Which tasks have dev data: evaluate.check_dev_task."""
+    if args.heldout < 0:
+        p.error(f"--heldout must be 0 or more (got {args.heldout})")
+    if args.eval_task is None:
+        args.eval_task = "stsb-dev" if args.eval_data else "heldout-loss" if args.heldout else None
+    if (args.eval_task or "").startswith("heldout-") and not args.heldout:
+        p.error(f"--eval-task {args.eval_task} needs --heldout N, the corpus lines to keep out of training (e.g. 1000)")
 
 
 RUN_FILES = ("model", "checkpoint", "best", "stage1", "decoder", "log.jsonl")  # what a run leaves in OUT

@@ -12,10 +12,12 @@ stage, and the command line (`python consert.py` and `python consert_train.py` r
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -206,6 +208,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(str(e))
         if not stage.dropout and "simcse" in [view.name for view in stage.views]:
             p.error("the simcse view is the encoder's own dropout: it needs the encoder's dropout on (or auto)")
+    cli.check_selection(p, args)
     if args.max_length < 1:
         p.error(f"--max-length must be at least 1 (got {args.max_length})")
     return args
@@ -297,16 +300,22 @@ def sts_corpus(data_dir: str | Path) -> list[str]:
 # The run: a stage's batches, a stage, the strategy's stages
 
 
+def datasets(stage: Stage, inputs: list, encoder: SentenceEncoder) -> tuple[torch.utils.data.Dataset, Callable]:
+    """The stage's data set and collate function: sentences (unsup) or NLI pairs."""
+    if stage.kind == "unsup":
+        return SentenceDataset(inputs, encoder.tokenizer, encoder.max_length), collate_sentences
+    return NLIDataset(inputs, encoder.tokenizer, encoder.max_length), collate_nli
+
+
 def stage_loader(stage: Stage, inputs: list, encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
                  rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
     """Plain shuffled batches, as the official DataLoader(shuffle=True) gives them: the batch decides which
     sentences are each other's negatives. With --bucketing, batches of similar length (by the pair's length for NLI)."""
     tokenizer, max_length = encoder.tokenizer, encoder.max_length
+    dataset, collate = datasets(stage, inputs, encoder)
     if stage.kind == "unsup":
-        dataset, collate = SentenceDataset(inputs, tokenizer, max_length), collate_sentences
         lengths = data.token_lengths(tokenizer, inputs, max_length)
     else:
-        dataset, collate = NLIDataset(inputs, tokenizer, max_length), collate_nli
         lengths = (data.token_lengths(tokenizer, [p for p, _, _ in inputs], max_length)
                    + data.token_lengths(tokenizer, [h for _, h, _ in inputs], max_length))
     return data.make_loader(dataset, lengths=lengths, collate=collate, pad_id=encoder.bert.cfg.pad_token_id,
@@ -327,15 +336,24 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
                             joint=stage.kind == "joint", nli_features=args.nli_features)
     if not args.plain and not args.bucketing:  # length buckets hold almost no padding: packing would cost (fast.py)
         objective = fast.speed_up_consert(objective, device)  # the same parameters and numbers, computed faster
+    card_lines = inputs
+    inputs, kept_out = data.hold_out(inputs, args.heldout)  # --heldout N: a dev signal without labels
+    heldout = None
+    if kept_out:  # only the main process evaluates: the objective without distributed.py's patch
+        dataset, collate = datasets(stage, kept_out, encoder)
+        batches = data.fixed_batches(dataset, collate=collate, pad_id=encoder.bert.cfg.pad_token_id,
+                                     batch_size=args.batch_size, device=device)
+        sentences = kept_out if stage.kind == "unsup" else [s for p, h, _ in kept_out for s in (p, h)]
+        heldout = evaluate.HeldOut(copy.copy(objective), batches, sentences)
     distributed.consert_over_global_batch(objective, local_negatives=args.local_negatives)
     loader = stage_loader(stage, inputs, encoder, args, device, rank, world)
-    dev = evaluate.dev_fn(args.eval_task, args.eval_data)
+    dev, log_fn = evaluate.training_evaluation(args, heldout)
     # the same weights, pooled as --eval-pooling says
     eval_fn = dev and (lambda enc: dev(SentenceEncoder(enc.bert, enc.tokenizer, args.eval_pooling, enc.max_length)))
     if stage.kind == "unsup":
-        lines, corpus = inputs, args.corpus or f"the STS12-16, STS-b and SICK sentences of {args.sts_corpus}"
+        lines, corpus = card_lines, args.corpus or f"the STS12-16, STS-b and SICK sentences of {args.sts_corpus}"
     else:
-        lines, corpus = [f"{p}\t{h}\t{label}" for p, h, label in inputs], f"{args.nli} (NLI pairs)"
+        lines, corpus = [f"{p}\t{h}\t{label}" for p, h, label in card_lines], f"{args.nli} (NLI pairs)"
     # The official optimiser: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up then linear decay, clip 1.0.
     # --optimizer official: its AdamW without bias correction, and its warm-up from lr 0 (above, beside OFFICIAL).
     official = args.optimizer == "official"
@@ -346,7 +364,7 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
         save_every=args.save_every, eval_fn=eval_fn, eval_every=args.eval_every, keep_best=eval_fn is not None,
         higher_is_better=evaluate.higher_is_better(args.eval_task),
         patience=stage.patience if eval_fn else 0, resume=resume,
-        log_fn=evaluate.alignment_fn(args.eval_data) if args.log_alignment and args.eval_data else None,
+        log_fn=log_fn,
         card=cli.model_card("ConSERT", make_parser(), args, argv, lines, pooling="mean", lr=stage.lr,
                             corpus=f"{corpus}, stage {stage.kind} of --strategy {args.strategy}"))
     if rank == 0:
@@ -358,7 +376,7 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
               f"saving to {out}")
     state = train.train(encoder, objective, loader, settings, device)
     if state.best is not None and rank == 0:
-        print(f"best {args.eval_task} {state.best:.2f}: encoder saved to {out / 'best'}")
+        print(f"best {args.eval_task} {state.best:.4g}: encoder saved to {out / 'best'}")
 
 
 def main(argv: list[str] | None = None) -> int:

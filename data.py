@@ -4,6 +4,7 @@
   tokenize / pad                       token ids, padded per batch
   read_corpus                          one sentence per line, with clear errors for bad files
   BatchSampler / make_loader           shuffled batches (of similar length), resumable, shardable
+  hold_out / fixed_batches             lines kept out of training, and their batches for a label-free dev signal
   load_stsb / load_sick / load_sts_year
                                        the STS files that training and evaluation both read
 Each method brings its own data set and collate function (tsdae.py's noisy pairs, consert.py's sentences and
@@ -206,6 +207,28 @@ def make_loader(dataset: torch.utils.data.Dataset, *, lengths: Sequence[int], co
         # ConSERT views use, so a resumed run draws exactly what an uninterrupted one would
         generator=torch.Generator().manual_seed(seed),
     )
+
+
+def hold_out(items: list, n: int, seed: int = 0) -> tuple[list, list]:
+    """(the items to train on, the n items kept out of training), both in their original order. The n are a random
+    sample drawn from their own generator (seeded by `seed`, not by the run's --seed), so every run on a corpus
+    keeps the same lines out and their held-out scores compare."""
+    if n <= 0:
+        return items, []
+    if n >= len(items):
+        raise UsageError(f"--heldout {n}: the data has {len(items)} lines; keep fewer out, so some are left to train on")
+    out = set(np.random.default_rng(seed).choice(len(items), size=n, replace=False).tolist())
+    return [x for i, x in enumerate(items) if i not in out], [x for i, x in enumerate(items) if i in out]
+
+
+def fixed_batches(dataset: torch.utils.data.Dataset, *, collate: Callable, pad_id: int, batch_size: int,
+                  device: torch.device) -> list[dict[str, torch.Tensor]]:
+    """Every item of `dataset` once, in order, as epoch 0 builds it (the same noise every time), in batches on
+    `device`: what an evaluation reads again and again."""
+    keys = [(0, i) for i in range(len(dataset))]
+    return [to_device(collate([dataset[key] for key in keys[i : i + batch_size]], pad_id=pad_id,
+                              multiple=pad_multiple(device)), device)
+            for i in range(0, len(keys), batch_size)]
 
 
 def pad_multiple(device: torch.device) -> int:

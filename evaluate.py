@@ -31,7 +31,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -557,12 +557,12 @@ def task_useb_scidocs(encoder, data_dir: Path, batch_size: int, show_progress: b
 # the perfect alignment 0 and the worst uniformity, 0; vectors at right angles to each other (cosine 0,
 # squared distance 2) give log exp(-4) = -4. Contrastive learning (ConSERT's NT-Xent) optimises both at once.
 # Measured as SimCSE measures them (arXiv:2104.08821 §2 eq. 2-3; §3 footnote 3: "STS-B pairs with a score
-# higher than 4 as p_pos and all STS-B sentences as p_data"; §7 fig. 3 plots models this way): positives =
-# the pairs of gold score >= 4 of 5 (4 = "mostly equivalent" in the STS guidelines; min_score=4.0001 gives
-# the strict reading), data = every distinct sentence of the split. SimCSE does not name the split: the task
-# scores test, with dev in details. Raw numbers, not x 100 like the other tasks.
+# higher than 4 as p_pos and all STS-B sentences as p_data"; its authors: "the whole STS-B dataset",
+# princeton-nlp/SimCSE#52): positives = the pairs of gold score > 4 of 5, data = every sentence of every pair of
+# train, dev and test, a sentence in several pairs counted each time (as Wang & Isola's pdist counts repeated
+# rows). Raw numbers, not x 100 like the other tasks.
 
-POSITIVE_SCORE = 4.0      # STS gold score (0-5) from which a pair counts as a paraphrase
+POSITIVE_SCORE = 4.0      # STS gold score (0-5) ABOVE which a pair counts as a paraphrase
 UNIFORMITY_CHUNK = 256    # rows of each (chunk, N) block of distances: memory chunk x N, whatever N
 
 
@@ -597,34 +597,77 @@ def uniformity(emb: torch.Tensor, chunk: int = UNIFORMITY_CHUNK) -> float:
     return float(torch.logsumexp(torch.stack(block_sums), dim=0) - np.log(n * (n - 1)))
 
 
-def alignment_uniformity(encoder, pairs: Sequence[tuple], min_score: float = POSITIVE_SCORE, batch_size: int = 64,
+def alignment_uniformity(encoder, pairs: Sequence[tuple], above: float = POSITIVE_SCORE, batch_size: int = 64,
                          show_progress: bool = False) -> dict[str, float | int]:
     """{"alignment", "uniformity", "positive_pairs", "sentences"} of (sentence1, sentence2, gold score) pairs,
-    as data.load_stsb gives them: alignment over the pairs scored >= min_score, uniformity over every
-    distinct sentence of all the pairs, each encoded once. Lower is better for both. During training:
+    as data.load_stsb gives them: alignment over the pairs scored above `above`, uniformity over every sentence
+    of every pair (repeats included; each distinct one encoded once). Lower is better for both."""
+    emb = encode_unique(encoder, [s for p in pairs for s in p[:2]], batch_size, show_progress)  # (2 n, d) unit rows
+    return alignment_uniformity_of(emb, [p[2] for p in pairs], above)
 
-        evaluate.alignment_uniformity(encoder, data.load_stsb(data_dir / "stsbenchmark" / "sts-dev.csv"))
-    """
-    positives = [p for p in pairs if p[2] >= min_score]
-    if not positives:
-        raise ValueError(f"no pair has a gold score >= {min_score}: alignment needs positive pairs")
-    sentences = list(dict.fromkeys(s for p in pairs for s in p[:2]))
-    emb = encode_unique(encoder, sentences, batch_size, show_progress)  # (N, d) unit rows
-    row = {s: i for i, s in enumerate(sentences)}
-    x, y = emb[[row[p[0]] for p in positives]], emb[[row[p[1]] for p in positives]]  # (P, d) each
+
+def alignment_uniformity_of(emb: torch.Tensor, gold: Sequence[float], above: float = POSITIVE_SCORE) -> dict:
+    """The same from the vectors: rows 2i and 2i + 1 of emb (2 n, d) are pair i, of gold score gold[i]."""
+    positive = torch.tensor([score > above for score in gold])  # (n,)
+    if not positive.any():
+        raise ValueError(f"no pair has a gold score above {above}: alignment needs positive pairs")
+    x, y = emb[0::2][positive], emb[1::2][positive]  # (P, d) each: the paraphrase pairs
     return {"alignment": alignment(x, y), "uniformity": uniformity(emb),
-            "positive_pairs": len(positives), "sentences": len(sentences)}
+            "positive_pairs": int(positive.sum()), "sentences": len(emb)}
+
+
+STSB_SPLITS = ("train", "dev", "test")
 
 
 def task_align_uniform(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
-    """Main score: test uniformity (the one a collapsed encoder cannot fake: its alignment would be a perfect
-    0); details: test alignment, uniformity and counts, the same for dev under dev/."""
-    folder = data_dir / "stsbenchmark"
-    test = alignment_uniformity(encoder, load_stsb(folder / "sts-test.csv"), batch_size=batch_size,
-                                show_progress=show_progress)
-    dev = alignment_uniformity(encoder, load_stsb(folder / "sts-dev.csv"), batch_size=batch_size,
-                               show_progress=show_progress)
-    return test["uniformity"], {**test, **{f"dev/{name}": value for name, value in dev.items()}}
+    """Main score: uniformity over the whole STS benchmark (the one a collapsed encoder cannot fake: its
+    alignment would be a perfect 0); details: alignment and the counts."""
+    pairs = [p for split in STSB_SPLITS for p in load_stsb(data_dir / "stsbenchmark" / f"sts-{split}.csv")]
+    result = alignment_uniformity(encoder, pairs, batch_size=batch_size, show_progress=show_progress)
+    return result["uniformity"], result
+
+
+# ---------------------------------------------------------------------------
+# A dev signal without labels: sentences kept out of training
+# ---------------------------------------------------------------------------
+# TSDAE assumes no labelled data in the target domain (app. B), so no score says when training works or when to
+# stop. A corpus alone gives this much: keep some of its lines out of training (data.hold_out, --heldout N) and,
+# at each evaluation, compute on them
+#   heldout-loss        the method's own training loss (TSDAE: -log P(original | vector) per token, §3.1;
+#                       ConSERT: cl_weight x NT-Xent, §3.2) with every random draw fixed: the same noise, views and
+#                       dropout masks at every evaluation, so two evaluations differ only by the weights;
+#   heldout-uniformity  the uniformity of their vectors (above): spreading out, or collapsing.
+# Lower is better for both. Whether either tracks a labelled score is measured in docs/evaluation.md.
+
+
+class HeldOut:
+    """The held-out signals of one run: `objective` (the module train.train trains, before distributed.py's
+    patch: only the main process evaluates), its fixed `batches` of the held-out lines (data.fixed_batches) and
+    their `sentences`."""
+
+    def __init__(self, objective: torch.nn.Module, batches: list[dict], sentences: list[str], seed: int = 0):
+        self.objective, self.batches, self.sentences, self.seed = objective, batches, sentences, seed
+
+    def loss(self, encoder=None) -> float:
+        """The mean of the objective's loss over the held-out batches, in training mode (the mode whose loss it
+        is), with the random generator seeded by `seed` for the while: the same draws at every evaluation, and
+        the run's own random state as it was. Autograd stays on (the adversarial view differentiates inside the
+        loss); nothing calls backward."""
+        was_training = self.objective.training
+        self.objective.train()
+        with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
+            torch.manual_seed(self.seed)
+            losses = [self.objective(batch).item() for batch in self.batches]
+        self.objective.train(was_training)
+        return float(np.mean(losses))
+
+    def uniformity(self, encoder) -> float:
+        """The uniformity of the held-out sentences' vectors (lower: more spread out)."""
+        return uniformity(encode_unique(encoder, self.sentences))
+
+    def signals(self) -> dict:
+        """{task: encoder -> score}: the --eval-task names of the held-out signals."""
+        return {"heldout-loss": self.loss, "heldout-uniformity": self.uniformity}
 
 
 # ---------------------------------------------------------------------------
@@ -662,7 +705,7 @@ TASK_FILES = {
     "useb-twitterpara": [f"{USEB_EVAL}/twitterpara/Twitter_URL_Corpus_test.txt", f"{USEB_EVAL}/twitterpara/test.data",
                          f"{USEB_EVAL}/twitterpara/test.label"],
     "useb-scidocs": [f"{USEB_EVAL}/scidocs/data.json"],
-    "align-uniform": ["stsbenchmark/sts-test.csv", "stsbenchmark/sts-dev.csv"],
+    "align-uniform": [f"stsbenchmark/sts-{split}.csv" for split in STSB_SPLITS],
 }
 
 # Named in the error when a file is missing: which public data set (a file's first folder), and where it comes from.
@@ -759,22 +802,32 @@ def dev_score(encoder, task: str, data_dir: str | Path | None = None, batch_size
     return evaluate(encoder, [task], data_dir, batch_size, split="valid")[task]
 
 
-def dev_fn(task: str, data_dir: str | Path | None):
-    """The training scripts' eval_fn: encoder -> dev_score(encoder, task, data_dir); None without data."""
-    return None if data_dir is None else lambda encoder: dev_score(encoder, task, data_dir)
-
-
-def alignment_fn(data_dir: str | Path):
-    """The training scripts' log_fn (--log-alignment): encoder -> alignment and uniformity on STS-b dev."""
-    pairs = load_stsb(Path(data_dir) / "stsbenchmark" / "sts-dev.csv")
-    return lambda encoder: alignment_uniformity(encoder, pairs)
-
-
 # The tasks model selection may read (--eval-task): each has dev data of its own, and whether a higher score is
 # better. Any other task would select on its test data (stsb, sickr, sts12-16, askubuntu, align-uniform: no dev
 # split here; USEB's TwitterPara: its "valid" split is its test set). rerank:PATH is the user's own file, taken
-# as dev data, higher (MAP) better.
-DEV_TASKS = {"stsb-dev": "higher", "useb-askubuntu": "higher", "useb-cqadupstack": "higher", "useb-scidocs": "higher"}
+# as dev data, higher (MAP) better. The held-out signals need no data folder: lines of the corpus (--heldout N).
+DEV_TASKS = {"stsb-dev": "higher", "useb-askubuntu": "higher", "useb-cqadupstack": "higher", "useb-scidocs": "higher",
+             "heldout-loss": "lower", "heldout-uniformity": "lower"}
+HELDOUT_TASKS = ("heldout-loss", "heldout-uniformity")
+
+
+def training_evaluation(args: argparse.Namespace, heldout: HeldOut | None) -> tuple[Callable | None, Callable | None]:
+    """(eval_fn, log_fn) for train.TrainSettings from the selection flags (cli.add_selection_arguments): the score of
+    --eval-task (None when nothing is evaluated), and {name: value} of what else each evaluation logs: the other
+    held-out signal (with --heldout), alignment and uniformity on STS-b dev (--log-alignment)."""
+    signals = heldout.signals() if heldout else {}
+    if args.eval_task in signals:
+        eval_fn = signals.pop(args.eval_task)
+    elif args.eval_data and args.eval_task:
+        eval_fn = lambda encoder: dev_score(encoder, args.eval_task, args.eval_data)
+    else:
+        eval_fn = None
+    logged = [lambda encoder: {name: signal(encoder) for name, signal in signals.items()}] if signals else []
+    if args.log_alignment and args.eval_data:
+        pairs = load_stsb(Path(args.eval_data) / "stsbenchmark" / "sts-dev.csv")
+        logged.append(lambda encoder: alignment_uniformity(encoder, pairs))
+    log_fn = (lambda encoder: {k: v for log in logged for k, v in log(encoder).items()}) if logged else None
+    return eval_fn, log_fn
 
 
 def higher_is_better(task: str) -> bool:
@@ -782,9 +835,11 @@ def higher_is_better(task: str) -> bool:
     return DEV_TASKS.get(task, "higher") == "higher"
 
 
-def check_dev_task(task: str, data_dir: str | Path | None) -> None:
+def check_dev_task(task: str | None, data_dir: str | Path | None) -> None:
     """The training scripts' check of --eval-task before anything is loaded: a one-line UsageError when `task` has
-    no dev data (DEV_TASKS, rerank:PATH), or, with data_dir, when its dev files are not there."""
+    no dev data (DEV_TASKS, rerank:PATH), or, with data_dir, when its dev files are not there. None: no task."""
+    if task is None or task in HELDOUT_TASKS:
+        return
     if task not in DEV_TASKS and not task.startswith("rerank:"):
         why = ("USEB has no dev split for TwitterPara: its valid split is its test set" if task == "useb-twitterpara"
                else "USEB's average includes TwitterPara, whose valid split is its test set" if task == "useb"

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 from pathlib import Path
 
 import torch
@@ -74,6 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     cli.check_arguments(p, args, positive=("lr",), at_least_one=("epochs", "steps", "batch_size", "eval_every"),
                           ratios=("noise_ratio",))
+    cli.check_selection(p, args)
     if args.max_length < 3:
         p.error(f"--max-length must be at least 3: the start token, one word, the end token (got {args.max_length})")
     return args
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     evaluate.check_dev_task(args.eval_task, args.eval_data)
     cli.check_out_folder(out, args.resume, args.overwrite)
     card = cli.model_card("TSDAE", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr)
+    sentences, kept_out = data.hold_out(sentences, args.heldout)  # --heldout N: a dev signal without labels
     rank, world = distributed.init()
     torch.manual_seed(args.seed)
     base_model = args.model or default_model_path()
@@ -95,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     plain = tsdae.TSDAELoss(encoder, tie=not args.untie, normalisation=args.loss_normalisation)
     # the same parameters and numbers, computed faster
     objective = plain if args.plain else fast.speed_up_tsdae(plain, device)
+    heldout = None
+    if kept_out:  # their damaged versions drawn once; only the main process evaluates: no distributed.py patch
+        pairs = tsdae.DenoisingDataset(kept_out, encoder.tokenizer, encoder.max_length, noise=args.noise,
+                                       ratio=args.noise_ratio, seed=args.seed)
+        batches = data.fixed_batches(pairs, collate=tsdae.collate_pairs, pad_id=encoder.bert.cfg.pad_token_id,
+                                     batch_size=args.batch_size, device=device)
+        heldout = evaluate.HeldOut(copy.copy(objective), batches, kept_out)
+    eval_fn, log_fn = evaluate.training_evaluation(args, heldout)
     distributed.tsdae_over_global_batch(objective)  # under torchrun: the mean over every process's tokens
     loader = pair_loader(sentences, encoder, args, device, rank, world)
     steps = args.steps or args.epochs * len(loader.batch_sampler)
@@ -102,10 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                "seed": args.seed, "noise": args.noise, "noise_ratio": args.noise_ratio, "corpus": str(args.corpus)}
     settings = train.TrainSettings(
         out=out, steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every, resume=args.resume,
-        eval_every=args.eval_every, eval_fn=evaluate.dev_fn(args.eval_task, args.eval_data),
-        keep_best=bool(args.eval_data), higher_is_better=evaluate.higher_is_better(args.eval_task),
-        log_fn=evaluate.alignment_fn(args.eval_data) if args.log_alignment and args.eval_data else None,
-        card=card,
+        eval_every=args.eval_every, eval_fn=eval_fn, log_fn=log_fn, keep_best=eval_fn is not None,
+        higher_is_better=evaluate.higher_is_better(args.eval_task), card=card,
         save_with_model=lambda run: tsdae.save_decoder(plain, run / "decoder", decoder))  # for examples/reconstruct.py
     if rank == 0:
         print(f"TSDAE: {len(sentences)} sentences, {steps} steps of {args.batch_size} on {world} x {device}"

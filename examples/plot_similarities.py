@@ -7,8 +7,9 @@ paraphrase pairs, one panel per model, with alignment and uniformity (evaluate.p
 Raw BERT's vectors sit in a narrow cone: even two unrelated sentences have a cosine near 1, so the random
 pairs pile up at the right, on top of the paraphrases. A contrastive objective (ConSERT) pushes the random
 pairs towards 0 and keeps the paraphrases high (SimCSE, arXiv:2104.08821 app. G, draws the same picture).
-The pairs come from the STS benchmark test set: paraphrases = the pairs of gold score >= 4 of 5; random
-pairs = two different sentences of the set drawn at random (seeded). A text summary is printed too.
+The pairs come from the whole STS benchmark (train, dev, test), as SimCSE's alignment and uniformity do:
+paraphrases = the pairs of gold score above 4 of 5; random pairs = two of its sentences drawn at random
+(seeded). A text summary is printed too.
 
 matplotlib is optional (pip install matplotlib); without it this script says so and stops.
 """
@@ -51,19 +52,16 @@ def random_pairs(n_sentences: int, n_pairs: int, seed: int) -> list[tuple[int, i
 
 
 def similarities(encoder, pairs: list[tuple], n_random: int, seed: int) -> dict:
-    """Cosines of n_random random pairs and of the paraphrase pairs, alignment and uniformity, one encoding
-    pass over the set's distinct sentences."""
-    sentences = list(dict.fromkeys(s for p in pairs for s in p[:2]))
-    emb = evaluate.encode_unique(encoder, sentences)  # (N, d) unit rows: cosine = dot product
-    row = {s: i for i, s in enumerate(sentences)}
-    positives = [p for p in pairs if p[2] >= evaluate.POSITIVE_SCORE]
-    x, y = emb[[row[p[0]] for p in positives]], emb[[row[p[1]] for p in positives]]  # (P, d) each
-    i, j = map(list, zip(*random_pairs(len(sentences), n_random, seed)))
+    """Cosines of n_random random pairs and of the paraphrase pairs, alignment and uniformity (the numbers of
+    evaluate.py --tasks align-uniform), from one encoding of the set's distinct sentences."""
+    emb = evaluate.encode_unique(encoder, [s for p in pairs for s in p[:2]])  # (2 n, d) unit rows: cosine = dot
+    positive = torch.tensor([p[2] > evaluate.POSITIVE_SCORE for p in pairs])  # (n,)
+    x, y = emb[0::2][positive], emb[1::2][positive]  # (P, d) each
+    i, j = map(list, zip(*random_pairs(len(emb), n_random, seed)))
     return {
         "random": (emb[i] * emb[j]).sum(-1).clamp(-1, 1),  # (R,) cosines of random pairs (rounding: |cos| <= 1)
         "paraphrase": (x * y).sum(-1).clamp(-1, 1),  # (P,) cosines of the paraphrase pairs
-        "alignment": evaluate.alignment(x, y),  # the same numbers as evaluate.py --tasks align-uniform
-        "uniformity": evaluate.uniformity(emb),
+        **evaluate.alignment_uniformity_of(emb, [p[2] for p in pairs]),
     }
 
 
@@ -84,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="model folders or Hub ids, each with an optional display label (default: the shipped "
                         "all-MiniLM-L6-v2)")
     p.add_argument("--data-dir", type=Path, default=None,
-                   help="evaluation data, for stsbenchmark/sts-test.csv (default: $EVAL_DATA_DIR, else data/)")
+                   help="evaluation data, for stsbenchmark/sts-{train,dev,test}.csv (default: $EVAL_DATA_DIR, else data/)")
     p.add_argument("--out", type=Path, default=Path("similarities.png"), help="the PNG to write")
     p.add_argument("--pairs", type=int, default=2000, help="random sentence pairs to draw")
     p.add_argument("--seed", type=int, default=0, help="seed of the random pairs")
@@ -101,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         import matplotlib.pyplot as plt
     except ImportError:
         raise SystemExit("error: plotting needs matplotlib, which is not installed (pip install matplotlib)") from None
-    pairs = load_stsb(data_dir / "stsbenchmark" / "sts-test.csv")
+    pairs = [p for split in evaluate.STSB_SPLITS for p in load_stsb(data_dir / "stsbenchmark" / f"sts-{split}.csv")]
     results = []
     for spec in args.model or [None]:
         path, label = model_and_label(spec)
@@ -122,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                      fontsize=10)
         ax.set_ylabel("density")
         ax.legend(loc="upper left", fontsize=8)
-    axes[-1, 0].set_xlabel("cosine similarity (STS benchmark test; paraphrase = gold score >= 4)")
+    axes[-1, 0].set_xlabel("cosine similarity (the whole STS benchmark; paraphrase = gold score above 4)")
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
     print(summary(results))

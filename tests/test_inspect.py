@@ -45,14 +45,15 @@ class HashEncoder:
         return torch.stack(rows)
 
 
-def naive_alignment_uniformity(vectors: dict[str, list[float]], pairs, min_score: float = 4.0) -> tuple[float, float]:
-    """The two formulas as written, in float64 loops: no matrices, no logsumexp, no chunks."""
+def naive_alignment_uniformity(vectors: dict[str, list[float]], pairs, above: float = 4.0) -> tuple[float, float]:
+    """The two formulas as SimCSE applies them, in float64 loops: no matrices, no logsumexp, no chunks. p_data is
+    every sentence of every pair: a sentence in two pairs is two rows (Wang & Isola's pdist counts both)."""
     f = {s: np.asarray(v, dtype=np.float64) / np.linalg.norm(np.asarray(v, dtype=np.float64))
          for s, v in vectors.items()}
-    positives = [(a, b) for a, b, score in pairs if score >= min_score]
+    positives = [(a, b) for a, b, score in pairs if score > above]
     align = sum(float(np.sum((f[a] - f[b]) ** 2)) for a, b in positives) / len(positives)
-    sentences = list(dict.fromkeys(s for p in pairs for s in p[:2]))
-    terms = [math.exp(-2 * float(np.sum((f[x] - f[y]) ** 2))) for x, y in combinations(sentences, 2)]  # x != y
+    rows = [s for p in pairs for s in p[:2]]
+    terms = [math.exp(-2 * float(np.sum((f[x] - f[y]) ** 2))) for x, y in combinations(rows, 2)]  # row i != row j
     return align, math.log(sum(terms) / len(terms))
 
 
@@ -67,12 +68,17 @@ def test_alignment_and_uniformity_equal_the_formulas_computed_naively():
              ("s9", "s10", 2.0), ("s11", "s12", 4.2), ("s1", "s2", 1.0)]  # s0, s1, s2 in two pairs each
     result = evaluate.alignment_uniformity(FakeEncoder(vectors), pairs)
     align, uniform = naive_alignment_uniformity(vectors, pairs)
-    assert result["positive_pairs"] == 4 and result["sentences"] == 13  # >= 4 counts 4.0 itself
+    assert result["positive_pairs"] == 3 and result["sentences"] == 16  # above 4: 4.0 itself is not; repeats count
     assert result["alignment"] == pytest.approx(align, rel=1e-6)
     assert result["uniformity"] == pytest.approx(uniform, rel=1e-6)
-    strict = evaluate.alignment_uniformity(FakeEncoder(vectors), pairs, min_score=4.0001)
-    assert strict["positive_pairs"] == 3
-    assert strict["alignment"] == pytest.approx(naive_alignment_uniformity(vectors, pairs, 4.0001)[0], rel=1e-6)
+    distinct = dict.fromkeys(s for p in pairs for s in p[:2])
+    terms = [math.exp(-2 * float(np.sum((np.asarray(vectors[x]) / np.linalg.norm(vectors[x])
+                                         - np.asarray(vectors[y]) / np.linalg.norm(vectors[y])) ** 2)))
+             for x, y in combinations(distinct, 2)]
+    assert abs(result["uniformity"] - math.log(sum(terms) / len(terms))) > 1e-3  # the repeats change it
+    looser = evaluate.alignment_uniformity(FakeEncoder(vectors), pairs, above=3.8)
+    assert looser["positive_pairs"] == 5
+    assert looser["alignment"] == pytest.approx(naive_alignment_uniformity(vectors, pairs, 3.8)[0], rel=1e-6)
 
 
 def test_uniformity_is_the_same_whatever_the_chunk():
@@ -95,7 +101,7 @@ def test_the_two_ends_collapsed_and_orthogonal():
 
 
 def test_bad_input_is_one_line():
-    with pytest.raises(ValueError, match="no pair has a gold score >= 4.0"):
+    with pytest.raises(ValueError, match="no pair has a gold score above 4.0"):
         evaluate.alignment_uniformity(FakeEncoder({"a": [1.0], "b": [2.0]}), [("a", "b", 3.0)])
     with pytest.raises(ValueError, match="at least 2 sentences"):
         evaluate.uniformity(torch.ones(1, 4))
@@ -103,30 +109,32 @@ def test_bad_input_is_one_line():
         evaluate.alignment(torch.ones(2, 4), torch.ones(3, 4))
 
 
-def test_the_task_scores_sts_b_test_with_dev_in_details(data_dir):
+def test_the_task_scores_the_whole_sts_b_as_simcse(data_dir):
     result = evaluate.evaluate(HashEncoder(), "align-uniform", data_dir)
     details = result["details"]["align-uniform"]
-    assert result["align-uniform"] == details["uniformity"]  # the main score: test uniformity
-    assert (details["positive_pairs"], details["sentences"]) == (338, 2552)  # STS-b test, gold >= 4
-    assert (details["dev/positive_pairs"], details["dev/sentences"]) == (264, 2910)
-    direct = evaluate.alignment_uniformity(HashEncoder(), load_stsb(data_dir / "stsbenchmark" / "sts-dev.csv"))
-    assert details["dev/alignment"] == direct["alignment"] and details["dev/uniformity"] == direct["uniformity"]
-    # random 64-d vectors: cosines ~ N(0, 1/64), log E exp(4 cos - 4) = -4 + 8/64; squared distances ~ 2
-    assert -3.95 < details["uniformity"] < -3.8 and 1.7 < details["alignment"] < 2.3
+    assert result["align-uniform"] == details["uniformity"]  # the main score
+    # SimCSE: all STS-B sentences (train + dev + test: 5,749 + 1,500 + 1,379 pairs) and the pairs scored above 4
+    assert (details["positive_pairs"], details["sentences"]) == (1491, 2 * (5749 + 1500 + 1379))
+    pairs = [p for split in ("train", "dev", "test") for p in load_stsb(data_dir / "stsbenchmark" / f"sts-{split}.csv")]
+    direct = evaluate.alignment_uniformity(HashEncoder(), pairs)
+    assert details["alignment"] == direct["alignment"] and details["uniformity"] == direct["uniformity"]
+    # random 64-d vectors: cosines ~ N(0, 1/64), log E exp(4 cos - 4) = -4 + 8/64, a little higher with the
+    # repeated sentences (distance 0); squared distances ~ 2
+    assert -3.95 < details["uniformity"] < -3.7 and 1.7 < details["alignment"] < 2.3
     table = evaluate.format_table(result)
-    assert re.search(r"^align-uniform\s+-3\.\d\d$", table, re.M) and re.search(r"^  positive_pairs\s+338$", table, re.M)
+    assert re.search(r"^align-uniform\s+-3\.\d\d$", table, re.M) and re.search(r"^  positive_pairs\s+1491$", table, re.M)
     assert "align-uniform" not in evaluate.ALL_TASKS  # a diagnostic, not a column of the papers' tables
 
 
 def test_the_task_names_a_missing_file(tmp_path):
-    with pytest.raises(evaluate.DataMissingError, match=r"stsbenchmark/sts-test\.csv: it belongs to the STS benchmark"):
+    with pytest.raises(evaluate.DataMissingError, match=r"stsbenchmark/sts-train\.csv: it belongs to the STS benchmark"):
         evaluate.evaluate(HashEncoder(), ["align-uniform"], tmp_path)
 
 
 def test_minilm_numbers_are_plausible_and_a_random_bert_is_collapsed(minilm_path, tiny_model_dir, data_dir):
-    pairs = load_stsb(data_dir / "stsbenchmark" / "sts-test.csv")[:400]  # 83 pairs of gold >= 4, 798 sentences
+    pairs = load_stsb(data_dir / "stsbenchmark" / "sts-test.csv")[:400]  # 61 pairs of gold above 4
     minilm = evaluate.alignment_uniformity(SentenceEncoder.from_pretrained(minilm_path), pairs)
-    assert minilm["positive_pairs"] == 83
+    assert minilm["positive_pairs"] == 61
     # Paraphrases at cosine ~0.83 (||f(x) - f(y)||^2 = 2 - 2 cos ~ 0.33); random pairs near right angles (-> -4).
     assert 0.15 < minilm["alignment"] < 0.6, minilm
     assert -4.0 < minilm["uniformity"] < -3.3, minilm
@@ -138,10 +146,10 @@ def test_minilm_numbers_are_plausible_and_a_random_bert_is_collapsed(minilm_path
 
 @pytest.fixture
 def small_sts(tmp_path, data_dir) -> Path:
-    """A data folder with the first 60 pairs of STS-b test (12 of them gold >= 4) and of dev."""
+    """A data folder with the first 60 pairs of STS-b train, dev and test (55 of them gold above 4)."""
     folder = tmp_path / "data" / "stsbenchmark"
     folder.mkdir(parents=True)
-    for name in ("sts-test.csv", "sts-dev.csv"):
+    for name in ("sts-train.csv", "sts-test.csv", "sts-dev.csv"):
         lines = (data_dir / "stsbenchmark" / name).read_text(encoding="utf-8").splitlines(keepends=True)
         (folder / name).write_text("".join(lines[:60]), encoding="utf-8")
     return folder.parent
@@ -164,8 +172,8 @@ def test_plot_similarities_writes_a_png_and_a_summary(tmp_path, small_sts, tiny_
     assert random_cos > 0.99 and paraphrase_cos > 0.99  # a random BERT: the cone closed to a point
     random_cos, paraphrase_cos, align, uniform = parsed["model"]
     assert random_cos < 0.3 < 0.7 < paraphrase_cos
-    expected = evaluate.alignment_uniformity(SentenceEncoder.from_pretrained(minilm_path),
-                                             load_stsb(small_sts / "stsbenchmark" / "sts-test.csv"))
+    pairs = [p for split in ("train", "dev", "test") for p in load_stsb(small_sts / "stsbenchmark" / f"sts-{split}.csv")]
+    expected = evaluate.alignment_uniformity(SentenceEncoder.from_pretrained(minilm_path), pairs)
     assert (align, uniform) == (round(expected["alignment"], 3), round(expected["uniformity"], 3))  # the task's numbers
 
 
