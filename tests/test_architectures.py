@@ -127,6 +127,44 @@ def test_encoder_equals_transformers_on_both_paths(kind, checkpoints):
         assert F.cosine_similarity(vectors, pool(theirs, mask, "mean")).min() >= 0.99999
 
 
+class SeededDropout:
+    """F.dropout whose k-th call draws its mask from a generator seeded k. Two models that drop out at the same
+    places, in the same order, on tensors of the same shapes and rates get the same masks and equal outputs;
+    a dropout missing, added or moved changes every mask after it."""
+
+    def __init__(self):
+        self.calls = []  # (shape, rate) of each call that dropped something
+
+    def __call__(self, x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
+        if not training or p == 0:
+            return x
+        keep = torch.rand(x.shape, generator=torch.Generator().manual_seed(len(self.calls))) >= p
+        self.calls.append((tuple(x.shape), p))
+        return x * keep / (1 - p)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_train_mode_dropout_sits_where_transformers_puts_it(kind, checkpoints, monkeypatch):
+    """In training mode, with the same masks at the same places: the same states as transformers' model (eager
+    attention, whose dropout on the attention probabilities is a call of F.dropout). DistilBERT has no dropout
+    after attention; ELECTRA drops out before its embeddings' projection."""
+    from transformers import AutoModel
+
+    folder = checkpoints[kind]
+    encoder = SentenceEncoder.from_pretrained(folder, pooling="mean").train()
+    reference = AutoModel.from_pretrained(folder, attn_implementation="eager").train()
+    ids, mask = batch(encoder)
+    ours, theirs = SeededDropout(), SeededDropout()
+    monkeypatch.setattr(F, "dropout", ours)
+    states = encoder.bert(ids, mask)
+    monkeypatch.setattr(F, "dropout", theirs)
+    expected = reference(input_ids=ids, attention_mask=mask).last_hidden_state
+    per_layer = 2 if kind == "distilbert" else 3  # attention probabilities, (attention output), feed-forward output
+    assert len(ours.calls) == 1 + 2 * per_layer and ours.calls == theirs.calls
+    real = mask.bool()
+    assert (states[real] - expected[real]).abs().max() < 1e-5
+
+
 @pytest.mark.parametrize("kind", ["roberta", "xlm-roberta"])
 def test_left_padding_gets_the_positions_transformers_gives(kind, checkpoints):
     """RoBERTa / XLM-R count positions over the real tokens (transformers' create_position_ids_from_input_ids): a

@@ -12,16 +12,20 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 import cli
+import consert
 import consert_train
+import data
 import evaluate
 import train
 import tsdae
 import tsdae_train
-from model import SentenceEncoder
+import weights
+from model import Bert, BertConfig, SentenceEncoder
 
 ROOT = Path(__file__).resolve().parent.parent
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -287,9 +291,10 @@ def test_selection_reads_the_valid_split(monkeypatch):
     asked = []
     monkeypatch.setattr(evaluate, "evaluate", lambda encoder, tasks, data_dir, batch_size, split: (
         asked.append((tuple(tasks), split)) or {tasks[0]: 1.0}))
-    for task in evaluate.DEV_TASKS:
+    with_data = [task for task in evaluate.DEV_TASKS if task not in evaluate.HELDOUT_TASKS]
+    for task in with_data:
         assert evaluate.dev_score(None, task, "data") == 1.0
-    assert asked == [((task,), "valid") for task in evaluate.DEV_TASKS]
+    assert asked == [((task,), "valid") for task in with_data]
 
 
 @pytest.mark.parametrize("higher_is_better", [True, False])
@@ -310,6 +315,74 @@ def test_best_and_patience_honour_the_scores_direction(higher_is_better, tiny_mo
     else:  # 3, 1 (best), 5, 0.5 (best, then once more without), 4: stop at step 5
         assert state.best == 0.5 and logged == [3.0, 1.0, 5.0, 0.5, 4.0]
     assert (tmp_path / "best").exists()
+
+
+def test_hold_out_keeps_the_same_lines_out_of_every_run():
+    items = [f"line {i}" for i in range(100)]
+    kept, held = data.hold_out(items, 10)
+    assert len(held) == 10 and sorted(kept + held) == sorted(items) and not set(kept) & set(held)
+    assert kept == [x for x in items if x in kept] and held == [x for x in items if x in held]  # file order
+    assert data.hold_out(items, 10) == (kept, held)  # its own generator: the same lines whatever the run's --seed
+    assert data.hold_out(items, 0) == (items, [])
+    with pytest.raises(cli.UsageError, match="--heldout 100: the data has 100 lines"):
+        data.hold_out(items, 100)
+
+
+def test_the_heldout_loss_fixes_every_draw_and_leaves_the_runs_random_state(minilm_path, small_corpus):
+    """Dropout, a random view and the batches: the same draws at every evaluation (else two evaluations of the same
+    weights would differ), the value the objective gives under that seed, and the run's own generator untouched."""
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                     max_position_embeddings=128, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    encoder = SentenceEncoder(Bert(cfg), weights.load_tokenizer(Path(minilm_path)), "mean", 64)
+    objective = consert.ConSERTLoss(encoder, (consert.View("simcse"), consert.View("token_cutoff", 0.3)))
+    sentences = small_corpus.read_text().splitlines()
+    batches = data.fixed_batches(consert.SentenceDataset(sentences, encoder.tokenizer, 64),
+                                 collate=consert.collate_sentences, pad_id=0, batch_size=6, device=torch.device("cpu"))
+    assert [len(b["input_ids"]) for b in batches] == [6, 6, 4]
+    heldout = evaluate.HeldOut(objective, batches, sentences, seed=3)
+    objective.eval()
+    before = torch.get_rng_state()
+    first = heldout.loss()
+    assert torch.equal(torch.get_rng_state(), before) and not objective.training  # mode and generator as they were
+    assert heldout.loss() == first
+    objective.train()
+    torch.manual_seed(3)
+    assert first == pytest.approx(float(np.mean([objective(b).item() for b in batches])), abs=1e-7)
+    unfixed = {round(float(np.mean([objective(b).item() for b in batches])), 7) for _ in range(3)}
+    assert len(unfixed) == 3  # the draws matter: without the seed each evaluation would differ
+
+
+def test_tsdae_heldout_batches_carry_the_noise_of_epoch_0(tiny_model_dir, small_corpus):
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
+    sentences = small_corpus.read_text().splitlines()
+    pairs = tsdae.DenoisingDataset(sentences, encoder.tokenizer, 64, seed=5)
+    batches = data.fixed_batches(pairs, collate=tsdae.collate_pairs, pad_id=0, batch_size=16, device=torch.device("cpu"))
+    damaged = [ids[mask.bool()].tolist() for ids, mask in zip(batches[0]["damaged_ids"], batches[0]["damaged_mask"])]
+    assert damaged == [pairs[(0, i)][0] for i in range(16)]
+
+
+@pytest.mark.parametrize("script", ["tsdae", "consert"])
+def test_heldout_alone_selects_on_the_heldout_loss(script, tiny_model_dir, small_corpus, tmp_path, monkeypatch):
+    """--heldout N without labels: N lines never reach the batches; every evaluation logs the held-out loss (the
+    score, lower better) and uniformity; best/ is the step of the lowest loss, and its card says which score."""
+    module = {"tsdae": tsdae_train, "consert": consert_train}[script]
+    trained = []
+    loader = {"tsdae": "pair_loader", "consert": "stage_loader"}[script]
+    real = getattr(module, loader)
+    monkeypatch.setattr(module, loader, lambda *a, **kw: trained.append(list(a[1 if script == "consert" else 0]))
+                        or real(*a, **kw))
+    out = tmp_path / "run"
+    module.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(out), "--steps", "9",
+                 "--batch-size", "4", "--lr", "1e-2", "--heldout", "4", "--eval-every", "1"])
+    lines = small_corpus.read_text().splitlines()
+    assert len(trained[0]) == 12 and set(trained[0]) == set(lines) - set(data.hold_out(lines, 4)[1])
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert all("eval" in r and "heldout-uniformity" in r for r in records)
+    losses = {r["step"]: r["eval"] for r in records}
+    assert len(set(losses.values())) > 1  # the weights moved
+    best_step = min(losses, key=losses.get)
+    card = (out / "best" / "README.md").read_text()
+    assert f"| steps | {best_step} |" in card and f"heldout-loss: {losses[best_step]:.2f}" in card
 
 
 def test_a_resume_logs_every_step_once(tiny_model_dir, small_corpus, tmp_path):

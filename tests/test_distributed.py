@@ -56,12 +56,19 @@ def test_sampler_shards_cover_the_corpus_exactly_once():
     assert [len(b) for b in data.BatchSampler(lengths[:97], 8, world_size=2).batches(0)][-2:] == [8, 9]  # 1 < 2 shares
 
 
+def evaluations(out: Path) -> list[float]:
+    return [r["eval"] for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if "eval" in r]
+
+
 def test_two_processes_train_like_one_tsdae(tiny_model_dir, corpus, tmp_path):
+    # with a held-out dev signal, which the main process alone evaluates (the objective without the collectives)
     common = ["--corpus", corpus, "--model", tiny_model_dir, "--batch-size", 8, "--steps", 6, "--lr", 1e-3,
-              "--device", "cpu"]
+              "--device", "cpu", "--heldout", 5, "--eval-every", 2]
     launch("tsdae.py", 1, *common, "--out", tmp_path / "one")
     launch("tsdae.py", 2, *common, "--out", tmp_path / "two")
     assert_same_run(tmp_path / "one", tmp_path / "two")
+    assert len(evaluations(tmp_path / "one")) == 3
+    assert evaluations(tmp_path / "one") == pytest.approx(evaluations(tmp_path / "two"), abs=1e-5)
 
 
 def test_checkpoint_written_once_and_resumable_on_any_number_of_processes(tiny_model_dir, corpus, tmp_path):

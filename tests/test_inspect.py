@@ -293,6 +293,33 @@ def test_a_folder_with_its_card_loads_everywhere_with_the_same_vectors(tmp_path,
     assert torch.nn.functional.cosine_similarity(ours, scope["embeddings"], dim=-1).min() >= 0.99999
 
 
+def test_the_card_is_written_inside_the_atomic_save(tmp_path, tiny_model_dir, monkeypatch):
+    """save_pretrained writes the card in the same temporary folder as the weights: a card that fails to write
+    (a full disk) leaves the folder saved before, its weights and its card, as they were."""
+    import model
+
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="cls")
+    folder = tmp_path / "model"
+    encoder.save_pretrained(folder, card=make_card(steps=1))
+    before = {path.name: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+    with torch.no_grad():
+        encoder.bert.embeddings.word.weight.add_(1.0)
+
+    def full_disk(folder, card):
+        (folder / "README.md").write_text("half a card", encoding="utf-8")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(model, "write_model_card", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        encoder.save_pretrained(folder, card=make_card(steps=2))
+    assert {path.name: path.read_bytes() for path in folder.rglob("*") if path.is_file()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no temporary folder left behind
+    monkeypatch.undo()
+    encoder.save_pretrained(folder, card=make_card(steps=2))
+    assert "| steps | 2 |" in (folder / "README.md").read_text(encoding="utf-8")
+    assert (folder / "model.safetensors").read_bytes() != before["model.safetensors"]
+
+
 def test_non_default_settings_lists_exactly_what_was_changed():
     parser = argparse.ArgumentParser()
     parser.add_argument("corpus")

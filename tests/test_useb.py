@@ -433,3 +433,12 @@ def test_reproduce_script_dry_run_prints_commands_the_parsers_accept():
         assert (options["--steps"], options["--batch-size"], options["--lr"], options["--pooling"]) == \
                ("100000", "8", "3e-5", "cls")
     assert "59.4" in out and "14.5" in out and "73.0" in out and "74.0" in out and "55.2" in out and "47.6" in out
+
+
+@pytest.mark.parametrize("task", ["useb-askubuntu", "useb-cqadupstack", "useb-scidocs"])
+def test_model_selection_scores_the_valid_split(useb_data, task):
+    """dev_score (what --eval-task selects on) reads USEB's valid split, which the oracle tests above check against
+    useb.run_on(..., "valid"); on this data the test split scores differently, so reading it would show."""
+    valid, test = (ev.evaluate(GridEncoder(), [task], useb_data, split=split)[task] for split in SPLITS)
+    assert valid != test
+    assert ev.dev_score(GridEncoder(), task, useb_data) == valid
