@@ -26,6 +26,7 @@ import data
 import distributed
 import evaluate
 import fast
+import gradcache
 import train
 from weights import default_model_path
 from consert import (NLI_FEATURES, NLI_LABELS, VIEW_NAMES, ConSERTLoss, NLIDataset, SentenceDataset, View, check_views,
@@ -179,6 +180,10 @@ def make_parser() -> cli.ArgumentParser:
     both.add_argument("--optimizer", default="official", choices=["official", "pytorch"],
                       help="official: the official code's AdamW without bias correction, warm-up from lr 0 (its "
                            "numbers); pytorch: PyTorch's bias-corrected AdamW, warm-up from lr/warmup-steps")
+    both.add_argument("--micro-batch", type=int, metavar="N",
+                      help="encode each batch N sentences at a time with the cached gradient (Gao et al. 2021): the "
+                           "whole batch's loss and exact gradient in the encoder memory of N; the dropout and views "
+                           "are drawn per chunk (gradcache.py). Not with the adversarial view")
     both.add_argument("--local-negatives", action="store_true",
                       help="under torchrun: contrast each process's share of the batch only (default: all processes')")
     cli.add_run_arguments(both, out="runs/consert")
@@ -199,7 +204,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if kinds != ["unsup"] and not args.nli:
         p.error(f"--strategy {args.strategy} needs --nli")
     cli.check_arguments(p, args, positive=("lr", "nli_lr", "temperature"),
-                        at_least_one=("epochs", "steps", "nli_epochs", "nli_steps", "batch_size", "eval_every"),
+                        at_least_one=("epochs", "steps", "nli_epochs", "nli_steps", "batch_size", "eval_every",
+                                      "micro_batch"),
                         ratios=("rate1", "rate2", "nli_rate1", "nli_rate2"), not_negative=("patience", "nli_patience"))
     for stage in stages(args):
         try:
@@ -208,6 +214,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(str(e))
         if not stage.dropout and "simcse" in [view.name for view in stage.views]:
             p.error("the simcse view is the encoder's own dropout: it needs the encoder's dropout on (or auto)")
+        if args.micro_batch and "adversarial" in [view.name for view in stage.views] and stage.kind != "sup":
+            p.error("--micro-batch cannot take the adversarial view: its perturbation is a gradient through the "
+                    "whole batch's loss, inside the forward pass")
     cli.check_selection(p, args)
     if args.max_length < 1:
         p.error(f"--max-length must be at least 1 (got {args.max_length})")
@@ -336,6 +345,8 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
                             joint=stage.kind == "joint", nli_features=args.nli_features)
     if not args.plain and not args.bucketing:  # length buckets hold almost no padding: packing would cost (fast.py)
         objective = fast.speed_up_consert(objective, device)  # the same parameters and numbers, computed faster
+    if args.micro_batch:  # the same loss and gradient, the encoder's graph one chunk at a time
+        objective = gradcache.ChunkedConSERTLoss.of(objective, args.micro_batch)
     card_lines = inputs
     inputs, kept_out = data.hold_out(inputs, args.heldout)  # --heldout N: a dev signal without labels
     heldout = None

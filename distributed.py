@@ -10,6 +10,7 @@ the GLOBAL batch, differentiable in this process's share only:
                                  put those two into a method's objective, in place
   ddp(objective, device)         DistributedDataParallel that SUMS the processes' gradients: each is the
                                  gradient of its own share of the global loss, so the sum is the gradient
+  sum_gradients(wrapped)         the same sum, for an objective DDP cannot wrap (gradcache.py's)
 
 On one process every function here is the identity.
 """
@@ -102,8 +103,10 @@ def consert_over_global_batch(objective: nn.Module, local_negatives: bool = Fals
 
 def ddp(objective: nn.Module, device: torch.device) -> nn.Module:
     """The objective itself on one process; else DistributedDataParallel whose gradient all-reduce SUMS
-    (DDP's own hook averages, which would divide each process's share of the global gradient by N)."""
-    if world_size() == 1:
+    (DDP's own hook averages, which would divide each process's share of the global gradient by N). An objective
+    whose backward runs backward passes of its own (gradcache.py's, one per chunk: DDP would reduce each) stays
+    itself, and sum_gradients adds the processes' gradients after the backward pass."""
+    if world_size() == 1 or getattr(objective, "backward_per_chunk", False):
         return objective
     wrapped = nn.parallel.DistributedDataParallel(objective, device_ids=[device] if device.type == "cuda" else None)
     wrapped.register_comm_hook(None, _sum_gradients)
@@ -112,3 +115,12 @@ def ddp(objective: nn.Module, device: torch.device) -> nn.Module:
 
 def _sum_gradients(state, bucket):  # (None, dist.GradBucket) -> Future; DDP refuses string annotations here
     return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+
+def sum_gradients(wrapped: nn.Module) -> None:
+    """After the backward pass: each gradient summed over the processes, unless DDP has done it (see ddp)."""
+    if world_size() == 1 or isinstance(wrapped, nn.parallel.DistributedDataParallel):
+        return
+    for p in wrapped.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad)

@@ -119,6 +119,7 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
                 check_finite(loss, state, run)
                 optimizer.zero_grad(set_to_none=True)
                 scaler.scale(loss).backward()
+                distributed.sum_gradients(wrapped)  # under torchrun, where DDP did not
                 if settings.grad_clip:
                     scaler.unscale_(optimizer)
                     nn.utils.clip_grad_norm_(objective.parameters(), settings.grad_clip)
