@@ -5,26 +5,43 @@
     python assignments.py make-student OUT --only 3 8    # ... with exercises 3 and 8 blanked only
     python assignments.py grade 3                        # run exercise 3's tests here (or: --repo OUT)
     python assignments.py grade 1 2 3 -x                 # several; other arguments go to pytest
+    python assignments.py grade 1 2 3 --student OUT      # a student's copy, with the held-back tests too
+    python assignments.py grade 3 --json results.json    # also write Gradescope's results.json
 
 An exercise is a function (or method) of the plain reading path marked, on the line above its `def`, with a
 comment `# Exercise N (ASSIGNMENTS.md)`. The student copy keeps its signature and docstring and replaces the
 rest of its body with `raise NotImplementedError`. Grading runs the exercise's tests (TESTS below) with pytest;
 tests/test_assignments.py checks that each one fails on the student copy and passes on this solution.
+
+Held-back tests (HELD_BACK below) are the cases a student does not see: make-student leaves those test functions
+out of the copy (--with-held-back keeps them) and empties HELD_BACK in the copy's assignments.py. `grade --student
+DIR` runs them: it copies this repository to a temporary folder, puts the student's exercise files (SOURCES) in
+it, and runs TESTS and HELD_BACK there, so the student's own test files play no part. A held-back entry names a
+whole test function (no [parametrisation]): the copy loses all its cases and grading runs all of them.
+
+`--json FILE` scores each exercise 1 when every one of its tests passes and 0 otherwise, in Gradescope's layout
+{"score", "tests": [{"name", "score", "max_score", "output"}]}, read from pytest's --junitxml report. The output
+names each failing test with its message; failing held-back tests are counted, not named.
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 MARKER = re.compile(r"^\s*# Exercise (\d+) \(ASSIGNMENTS\.md\)\s*$")
 SOURCES = ("model.py", "weights.py", "data.py", "tsdae.py", "consert.py", "evaluate.py")  # the files exercises live in
-LEFT_OUT = {".git", "runs", "data", "__pycache__", ".pytest_cache"}  # not copied into a student copy
+LEFT_OUT = {".git", "runs", "data", ".pytest_cache"}  # top-level folders not copied (nor any __pycache__)
 
 # Each exercise's tests: they run the plain path, the one the exercises fill in.
 TESTS = {
@@ -51,6 +68,25 @@ TESTS = {
     10: ["tests/test_consert.py::test_span_keeps_one_contiguous_run_of_the_promised_length[plain]"],
     11: ["tests/test_model.py::test_safetensors_dtypes_round_trip", "tests/test_model.py::test_truncated_safetensors",
          "tests/test_model.py::test_minilm_hidden_states_equal_transformers[plain]"],
+}
+
+
+# Each exercise's held-back tests: left out of the student copy, run by `grade --student`. Whole test functions
+# only, none of them in TESTS (tests/test_assignments.py checks both).
+HELD_BACK = {
+    1: ["tests/test_model.py::test_attention_with_fewer_keys_than_queries_and_dropout_on_the_probabilities"],
+    2: ["tests/test_model.py::test_pooling_equals_a_loop_over_each_sentences_real_tokens"],
+    3: ["tests/test_tsdae.py::test_deletion_keeps_the_survivors_in_order_at_any_ratio"],
+    4: ["tests/test_tsdae.py::test_decoder_is_causal_and_every_position_reads_the_sentence_vector"],
+    5: ["tests/test_tsdae.py::test_the_batch_loss_is_its_sentences_losses_weighted_by_their_label_tokens"],
+    6: ["tests/test_consert.py::test_cutoffs_cut_every_real_token_and_feature_equally_often_at_any_rate"],
+    7: ["tests/test_consert.py::test_shuffle_is_a_uniform_permutation_of_each_sentences_positions"],
+    8: ["tests/test_consert.py::test_nt_xent_by_hand_on_orthogonal_views_and_its_symmetries"],
+    9: ["tests/test_evaluate.py::test_average_precision_is_the_mean_precision_at_the_positives",
+        "tests/test_evaluate.py::test_rerank_jsonl_by_hand"],
+    10: ["tests/test_consert.py::test_span_starts_anywhere_in_the_sentence_equally_often"],
+    11: ["tests/test_model.py::test_safetensors_by_hand_with_the_bytes_in_another_order_than_the_header",
+         "tests/test_model.py::test_header_length_past_end_of_file"],
 }
 
 
@@ -93,21 +129,137 @@ def blank(source: str, numbers: set[int]) -> str:
     return "".join(lines)
 
 
-def make_student(out: Path, numbers: set[int]) -> None:
+def without_functions(source: str, names: set[str]) -> str:
+    """The source without its top-level functions called one of `names` (decorators and the blank lines after
+    each included), everything else as it is."""
+    lines = source.splitlines(keepends=True)
+    found = {node.name: node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+    if names - set(found):
+        raise ValueError(f"no such test function: {', '.join(sorted(names - set(found)))}")
+    for node in sorted((found[name] for name in names), key=lambda node: -node.lineno):  # from the end
+        first, last = min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno
+        while last < len(lines) and not lines[last].strip():
+            last += 1
+        del lines[first - 1 : last]
+    return "".join(lines).rstrip("\n") + "\n"
+
+
+def without_held_back_list(source: str) -> str:
+    """assignments.py with an empty HELD_BACK: the student copy does not list the held-back tests' names."""
+    node = next(n for n in ast.parse(source).body
+                if isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["HELD_BACK"])
+    lines = source.splitlines(keepends=True)
+    empty = "HELD_BACK: dict[int, list[str]] = {}  # the teacher's copy lists them\n"
+    lines[node.lineno - 1 : node.end_lineno] = [empty]
+    return "".join(lines)
+
+
+def copy_repository(out: Path) -> None:
+    """This repository into `out`, without LEFT_OUT and Python's caches."""
+    def ignore(folder: str, names: list[str]) -> list[str]:
+        top = Path(folder) == ROOT
+        return [n for n in names if (top and n in LEFT_OUT) or n == "__pycache__" or n.endswith(".pyc")]
+
+    shutil.copytree(ROOT, out, dirs_exist_ok=True, ignore=ignore)
+
+
+def make_student(out: Path, numbers: set[int], with_held_back: bool = False) -> None:
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"error: {out} exists and is not empty")
-    shutil.copytree(ROOT, out, dirs_exist_ok=True,
-                    ignore=lambda folder, names: [n for n in names if n in LEFT_OUT or n.endswith(".pyc")])
+    copy_repository(out)
     for name in SOURCES:
         path = out / name
         path.write_text(blank(path.read_text(encoding="utf-8"), numbers), encoding="utf-8")
+    if with_held_back:
+        return
+    by_file: dict[str, set[str]] = {}
+    for test in (t for tests in HELD_BACK.values() for t in tests):
+        path, name = test.split("::")
+        by_file.setdefault(path, set()).add(name)
+    for path, names in by_file.items():
+        (out / path).write_text(without_functions((out / path).read_text(encoding="utf-8"), names), encoding="utf-8")
+    script = out / "assignments.py"
+    script.write_text(without_held_back_list(script.read_text(encoding="utf-8")), encoding="utf-8")
 
 
-def grade(numbers: list[int], repo: Path, extra: list[str] = ()) -> int:
-    """Run the tests of the given exercises in `repo`; pytest's exit code (0 = all passed)."""
-    tests = list(dict.fromkeys(test for number in numbers for test in TESTS[number]))
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, *extra]
-    return subprocess.run(command, cwd=repo).returncode
+def junit_outcomes(report: Path) -> dict[str, str | None]:
+    """{test id: None if it passed, else what went wrong} from pytest's --junitxml report; a test file that
+    failed to import appears under its module name, with the error's last line."""
+    outcomes: dict[str, str | None] = {}
+    if not report.is_file():  # pytest stopped before writing it
+        return outcomes
+    for case in ET.parse(report).getroot().iter("testcase"):
+        module, name = case.get("classname", ""), case.get("name", "")
+        problem = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
+        if problem is None:
+            why = None
+        elif module:
+            why = problem.get("message") or problem.tag
+        else:  # a file that failed to import: the message says only "collection failure", the text's last line why
+            why = re.sub(r"^E\s+", "", ((problem.text or "").strip().splitlines() or [problem.tag])[-1])
+        outcomes[f"{module.replace('.', '/')}.py::{name}" if module else name] = why
+    return outcomes
+
+
+def tests_of(number: int, with_held_back: bool) -> list[str]:
+    """An exercise's tests, the held-back ones last if asked."""
+    return TESTS[number] + (HELD_BACK.get(number, []) if with_held_back else [])
+
+
+def exercise_result(number: int, outcomes: dict[str, str | None], with_held_back: bool) -> dict:
+    """One exercise's entry of Gradescope's results.json: 1 point when all its tests pass, else 0."""
+    functions = [name for n, _, name in marked_functions() if n == number]
+    not_run = "; ".join(f"{name}: {why}" for name, why in outcomes.items() if "::" not in name) or "stopped before it"
+    held_back = set(HELD_BACK.get(number, []))
+    failures, hidden_failures, count = [], 0, 0
+    for test in tests_of(number, with_held_back):
+        cases = {k: why for k, why in outcomes.items() if k == test or ("[" not in test and k.startswith(test + "["))}
+        for case, why in (cases or {test: f"did not run ({not_run})"}).items():
+            count += 1
+            if why is not None and test in held_back:
+                hidden_failures += 1
+            elif why is not None:
+                failures.append(f"{case}: {why}")
+    if hidden_failures:
+        failures.append(f"{hidden_failures} held-back test{'s' * (hidden_failures > 1)} failed")
+    return {"name": f"Exercise {number}: {', '.join(functions)}", "score": 0.0 if failures else 1.0, "max_score": 1.0,
+            "output": "\n".join(failures) if failures else f"all {count} tests passed"}
+
+
+def grade(numbers: list[int], repo: Path = ROOT, extra: Sequence[str] = (), json_file: Path | None = None,
+          with_held_back: bool = False, env: dict[str, str] | None = None) -> int:
+    """Run the tests of the given exercises in `repo` (with HELD_BACK's too if asked), and write Gradescope's
+    results.json to `json_file` if given; pytest's exit code (0 = all passed)."""
+    tests = [test for number in numbers for test in tests_of(number, with_held_back)]
+    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
+        report = Path(tmp) / "junit.xml"
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *dict.fromkeys(tests), *extra]
+        if json_file:
+            command.append(f"--junitxml={report}")
+        code = subprocess.run(command, cwd=repo, env=env).returncode
+        if json_file:
+            outcomes = junit_outcomes(report)
+            results = [exercise_result(number, outcomes, with_held_back) for number in numbers]
+            json_file.write_text(json.dumps({"score": sum(r["score"] for r in results), "tests": results}, indent=2)
+                                 + "\n", encoding="utf-8")
+    return code
+
+
+def grade_student(numbers: list[int], student: Path, extra: Sequence[str] = (), json_file: Path | None = None) -> int:
+    """Grade the exercise files of a student's copy with every test, the held-back ones included: in a temporary
+    copy of this repository with the student's SOURCES put in it."""
+    missing = [name for name in SOURCES if not (student / name).is_file()]
+    if missing:
+        raise SystemExit(f"error: {student} is not a copy of this repository (no {missing[0]})")
+    env = dict(os.environ)
+    if "EVAL_DATA_DIR" not in env and (ROOT / "data").is_dir():
+        env["EVAL_DATA_DIR"] = str(ROOT / "data")  # the temporary copy has no data/
+    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
+        copy = Path(tmp) / "repo"
+        copy_repository(copy)
+        for name in SOURCES:
+            shutil.copyfile(student / name, copy / name)
+        return grade(numbers, copy, extra, json_file, with_held_back=True, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,9 +270,13 @@ def main(argv: list[str] | None = None) -> int:
     make = sub.add_parser("make-student", help="write a student copy with the exercises blanked")
     make.add_argument("out", type=Path, help="an empty or new folder")
     make.add_argument("--only", type=int, nargs="+", choices=sorted(TESTS), help="blank these exercises only")
+    make.add_argument("--with-held-back", action="store_true", help="keep the held-back tests in the copy")
     run = sub.add_parser("grade", help="run the tests of one or more exercises (other arguments go to pytest)")
     run.add_argument("numbers", type=int, nargs="+", choices=sorted(TESTS), metavar="N")
-    run.add_argument("--repo", type=Path, default=ROOT, help="the copy to grade (default: the one this file is in)")
+    copy = run.add_mutually_exclusive_group()
+    copy.add_argument("--repo", type=Path, default=ROOT, help="run the tests in this copy (default: this one)")
+    copy.add_argument("--student", type=Path, help="grade this copy's exercise files with every test, held back too")
+    run.add_argument("--json", type=Path, metavar="FILE", help="also write Gradescope's results.json to FILE")
     args, pytest_args = p.parse_known_args(argv)
     if pytest_args and args.command != "grade":
         p.error(f"unrecognized arguments: {' '.join(pytest_args)}")
@@ -128,15 +284,23 @@ def main(argv: list[str] | None = None) -> int:
         functions = marked_functions()
         for number, tests in TESTS.items():
             where = ", ".join(f"{path.name}: {name}" for n, path, name in functions if n == number)
-            print(f"Exercise {number}: {where}\n  " + "\n  ".join(tests))
+            held_back = [f"held back: {test}" for test in HELD_BACK.get(number, [])]
+            print(f"Exercise {number}: {where}\n  " + "\n  ".join(tests + held_back))
         return 0
     if args.command == "make-student":
         numbers = set(args.only or TESTS)
-        make_student(args.out, numbers)
-        print(f"student copy in {args.out}: exercises {', '.join(map(str, sorted(numbers)))} blanked "
-              f"(grade with: python assignments.py grade N)")
+        make_student(args.out, numbers, args.with_held_back)
+        print(f"student copy in {args.out}: exercises {', '.join(map(str, sorted(numbers)))} blanked"
+              f"{'' if args.with_held_back else ', held-back tests left out'} (students grade with: python "
+              f"assignments.py grade N; you, with the held-back tests: python assignments.py grade N --student OUT)")
         return 0
-    return grade(args.numbers, args.repo, pytest_args)
+    if args.json and not args.json.resolve().parent.is_dir():
+        raise SystemExit(f"error: {args.json.parent} is not a folder")
+    if args.student:
+        return grade_student(args.numbers, args.student, pytest_args, args.json)
+    if not args.repo.is_dir():
+        raise SystemExit(f"error: {args.repo} is not a folder")
+    return grade(args.numbers, args.repo, pytest_args, args.json)
 
 
 if __name__ == "__main__":

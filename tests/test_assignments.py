@@ -1,7 +1,9 @@
 """assignments.py: each exercise is marked in the code, its student copy is blanked, and its grading tests fail on
-the student copy and pass on this solution."""
+the student copy and pass on this solution; the held-back tests stay out of the copy and grade --student runs them."""
 import ast
+import json
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +27,12 @@ def test_every_exercise_is_marked_once_and_has_tests():
     text = (ROOT / "ASSIGNMENTS.md").read_text(encoding="utf-8")
     for number, path, name in functions:
         assert f"python assignments.py grade {number}" in text and name in text, (number, name)
-    collected = pytest_run(ROOT, sorted({t for tests in assignments.TESTS.values() for t in tests}), "--collect-only")
+    assert set(assignments.HELD_BACK) == set(assignments.TESTS)
+    public = {t.split("[")[0] for tests in assignments.TESTS.values() for t in tests}
+    for test in (t for tests in assignments.HELD_BACK.values() for t in tests):
+        assert "[" not in test and test not in public, test  # a whole function, and no public test
+    listed = {t for tables in (assignments.TESTS, assignments.HELD_BACK) for tests in tables.values() for t in tests}
+    collected = pytest_run(ROOT, sorted(listed), "--collect-only")
     assert collected.returncode == 0, collected.stdout[-2000:]  # every listed test exists
 
 
@@ -70,6 +77,67 @@ def test_grading_fails_on_each_student_copy_and_passes_on_the_solution(tmp_path)
     for number, result in results.items():
         assert result.returncode == 1, (number, result.stdout[-2000:])  # 1: tests ran and failed (not a collection error)
         assert f"Exercise {number}: see ASSIGNMENTS.md" in result.stdout, (number, result.stdout[-2000:])
+
+
+HELD_BACK = [test for tests in assignments.HELD_BACK.values() for test in tests]
+
+
+def assignments_command(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "assignments.py"), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900, env={**os.environ, "EVAL_DATA_DIR": str(DATA_DIR)})
+
+
+def test_the_student_copy_leaves_the_held_back_tests_out_and_its_public_tests_collect(tmp_path):
+    """No file of the student copy names a held-back test (its HELD_BACK is empty); its test files still collect
+    every public test. --with-held-back keeps them."""
+    assignments.make_student(tmp_path / "student", {9})
+    assignments.make_student(tmp_path / "kept", {9}, with_held_back=True)
+    names = {test.split("::")[1] for test in HELD_BACK}
+    for path in (tmp_path / "student").rglob("*"):
+        if path.is_file() and path.suffix in (".py", ".md", ".txt", ".ini"):
+            text = path.read_text(encoding="utf-8")
+            assert not [name for name in names if name in text], path
+    for test in HELD_BACK:
+        file, name = test.split("::")
+        assert f"def {name}(" in (tmp_path / "kept" / file).read_text(encoding="utf-8")
+    files = sorted({test.split("::")[0] for test in HELD_BACK})
+    collected = pytest_run(tmp_path / "student", files, "--collect-only")
+    assert collected.returncode == 0, collected.stdout[-2000:]
+    for test in (t for tests in assignments.TESTS.values() for t in tests):
+        assert test in collected.stdout, test
+
+
+def test_grade_student_runs_the_held_back_tests_and_writes_gradescope_results(tmp_path):
+    """A student's exercise 3 that keeps the right words but shuffles them passes the public tests (grade --repo)
+    and fails a held-back one (grade --student), which results.json counts without naming. With exercise 9
+    blanked, its entry scores 0 and shows the stub's message; on this solution every entry scores 1."""
+    assignments.make_student(tmp_path / "shuffles", {9})
+    tsdae_py = tmp_path / "shuffles" / "tsdae.py"
+    solution_line = "    return kept if kept or not words else [rng.choice(words)]\n"
+    assert solution_line in tsdae_py.read_text(encoding="utf-8")
+    tsdae_py.write_text(tsdae_py.read_text(encoding="utf-8").replace(
+        solution_line, "    rng.shuffle(kept)  # the survivors lose their order\n" + solution_line), encoding="utf-8")
+    student = str(tmp_path / "shuffles")
+    runs = {"public only": ("grade", "3", "--repo", student),
+            "shuffles": ("grade", "3", "9", "--student", student, "--json", str(tmp_path / "s.json")),
+            "solution": ("grade", "3", "9", "--student", str(ROOT), "--json", str(tmp_path / "ok.json"))}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = dict(zip(runs, pool.map(lambda args: assignments_command(*args), runs.values())))
+    assert results["public only"].returncode == 0, results["public only"].stdout[-2000:]
+    assert results["shuffles"].returncode == 1, results["shuffles"].stdout[-2000:]
+    assert f"FAILED {assignments.HELD_BACK[3][0]}" in results["shuffles"].stdout
+    assert results["solution"].returncode == 0, results["solution"].stdout[-2000:]
+
+    shuffles = json.loads((tmp_path / "s.json").read_text())
+    three, nine = shuffles["tests"]
+    assert (three["name"], three["score"], three["max_score"]) == ("Exercise 3: delete_words", 0, 1)
+    assert three["output"] == "1 held-back test failed"
+    assert (nine["score"], nine["max_score"], shuffles["score"]) == (0, 1, 0)
+    assert "NotImplementedError: Exercise 9: see ASSIGNMENTS.md" in nine["output"]
+    assert not [test for test in HELD_BACK if test.split("::")[1] in json.dumps(shuffles)]  # counted, not named
+    solution = json.loads((tmp_path / "ok.json").read_text())
+    assert solution["score"] == 2 and all(t["score"] == t["max_score"] == 1 for t in solution["tests"])
+    assert all(re.fullmatch(r"all \d+ tests passed", t["output"]) for t in solution["tests"]), solution
 
 
 # The exercises each default command runs (tiny model: safetensors; the unsupervised ConSERT default views are

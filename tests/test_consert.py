@@ -116,6 +116,49 @@ def test_feature_cutoff_zeroes_int_d_rate_whole_columns_and_nothing_else(minilm,
     assert torch.equal(y[keep], x[keep])
 
 
+def test_cutoffs_cut_every_real_token_and_feature_equally_often_at_any_rate():
+    """Held back (assignments.HELD_BACK). Rate 0 cuts nothing, rate 1 every real token row (or every feature
+    column) and no padding row; at rate r each real token is cut int(n r) / n of the time, each feature
+    int(d r) / d of the time, and padding never."""
+    x = torch.randn(3, 6, 10)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0], [1, 0, 0, 0, 0, 0]])
+    assert torch.equal(consert.token_cutoff(x, mask, 0.0), x) and torch.equal(consert.feature_cutoff(x, mask, 0.0), x)
+    assert torch.equal(zero_rows(consert.token_cutoff(x, mask, 1.0)), mask.bool())
+    assert (consert.feature_cutoff(x, mask, 1.0) == 0).all()
+    many_x, many_mask = x.repeat(5000, 1, 1), mask.repeat(5000, 1)  # 5000 copies of the batch: 5000 draws
+    token_share = zero_rows(consert.token_cutoff(many_x, many_mask, 0.4)).view(5000, 3, 6).double().mean(0)
+    expected = torch.tensor([[2 / 6] * 6, [2 / 5] * 5 + [0], [0.0] * 6], dtype=torch.float64)  # int(6 * 0.4) = 2, ...
+    torch.testing.assert_close(token_share, expected, atol=0.04, rtol=0)
+    feature_share = (consert.feature_cutoff(many_x, many_mask, 0.3) == 0).all(1).view(5000, 3, 10).double().mean(0)
+    torch.testing.assert_close(feature_share, torch.full((3, 10), 0.3, dtype=torch.float64), atol=0.04, rtol=0)
+
+
+def test_shuffle_is_a_uniform_permutation_of_each_sentences_positions():
+    """Held back (assignments.HELD_BACK). Each real token takes each of its sentence's n positions 1/n of the
+    time; padding, and a sentence of one token, never move."""
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1]])
+    draws = consert.shuffled_positions(mask.repeat(4000, 1)).view(4000, 3, 6)  # 4000 copies of the batch
+    assert (draws[:, 0, 4:] == torch.tensor([4, 5])).all() and (draws[:, 1] == torch.arange(6)).all()
+    for b, n in ((0, 4), (2, 6)):
+        assert (draws[:, b, :n].sort(-1).values == torch.arange(n)).all()  # a permutation of 0..n-1
+        share = F.one_hot(draws[:, b, :n], n).double().mean(0)  # (token, position)
+        torch.testing.assert_close(share, torch.full((n, n), 1 / n, dtype=torch.float64), atol=0.04, rtol=0)
+
+
+def test_span_starts_anywhere_in_the_sentence_equally_often():
+    """Held back (assignments.HELD_BACK). Every start from 0 to n - keep is drawn equally often, the span has
+    keep = max(int(n (1 - rate)), 1) tokens, and a sentence of one token keeps it."""
+    mask = torch.tensor([[1] * 10, [1] + [0] * 9, [1] * 4 + [0] * 6])
+    draws = consert.span_mask(mask.repeat(4000, 1), 0.5).view(4000, 3, 10)  # 4000 copies of the batch
+    assert (draws[:, 1] == mask[1]).all()
+    for b, n, keep in ((0, 10, 5), (2, 4, 2)):
+        assert (draws[:, b].sum(-1) == keep).all()
+        starts = draws[:, b].argmax(-1)  # the span's first position
+        share = torch.bincount(starts, minlength=n - keep + 1).double() / len(draws)
+        torch.testing.assert_close(share, torch.full((n - keep + 1,), 1 / (n - keep + 1), dtype=torch.float64),
+                                   atol=0.04, rtol=0)
+
+
 def test_span_keeps_one_contiguous_run_of_the_promised_length(minilm, batch, on_path):
     ids, mask = batch
     for rate in (0.1, 0.5, 0.9):
@@ -209,6 +252,22 @@ def test_nt_xent_is_lower_for_identical_views_than_for_views_shuffled_across_sen
     z = torch.randn(32, 64)
     matched, shuffled = nt_xent(z, z, 0.1), nt_xent(z, z[torch.randperm(32)], 0.1)
     assert matched < 2 * math.log(2 * 32 - 1) < shuffled  # below chance level, and above it
+
+
+def test_nt_xent_by_hand_on_orthogonal_views_and_its_symmetries():
+    """Held back (assignments.HELD_BACK). One sentence: its only candidate is its positive, the loss is 0.
+    N orthogonal unit vectors as both views: each item scores 1/t with its positive and 0 with the 2N - 2 others,
+    so each direction's loss is log(1 + (2N - 2) e^(-1/t)). The loss ignores the vectors' lengths and which view
+    comes first."""
+    assert nt_xent(torch.randn(1, 8), torch.randn(1, 8), 0.1).item() == pytest.approx(0.0, abs=1e-6)
+    N, t = 6, 0.2
+    e = torch.eye(N, 10)
+    assert nt_xent(e, e, t).item() == pytest.approx(2 * math.log(1 + (2 * N - 2) * math.exp(-1 / t)), rel=1e-5)
+    torch.manual_seed(8)
+    z1, z2 = torch.randn(7, 16), torch.randn(7, 16)
+    loss = nt_xent(z1, z2, 0.1).item()
+    assert nt_xent(z1 * (0.1 + 5 * torch.rand(7, 1)), 3 * z2, 0.1).item() == pytest.approx(loss, rel=1e-5)
+    assert nt_xent(z2, z1, 0.1).item() == pytest.approx(loss, rel=1e-5)
 
 
 # ---------------------------------------------------------------- adversarial view (FGV)

@@ -80,6 +80,24 @@ def test_average_precision_matches_sklearn(seed):
     assert abs(ev.average_precision(labels, tied) - average_precision_score(labels, tied)) < 1e-6
 
 
+def test_average_precision_is_the_mean_precision_at_the_positives():
+    """Held back (assignments.HELD_BACK). Without ties, AP is the mean precision at the positives' ranks: by hand
+    (one positive at rank 7), and equal to query_metrics' AP of the same ranking on random cases. With tie groups
+    that mix labels: (1/2 + 2/4 + 3/5) / 3, as scikit-learn."""
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3]
+    assert ev.average_precision([0, 0, 0, 0, 0, 0, 1], scores) == pytest.approx(1 / 7, abs=1e-12)
+    assert ev.query_metrics([False] * 6 + [True]) == pytest.approx({"map": 1 / 7, "p@1": 0.0, "p@5": 0.0, "mrr": 1 / 7})
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        labels, scores = rng.integers(0, 2, size=30), rng.random(30)
+        labels[rng.integers(30)] = 1  # at least one positive
+        ranked = [bool(label) for label in labels[np.argsort(-scores)]]
+        assert ev.average_precision(labels, scores) == pytest.approx(ev.query_metrics(ranked)["map"], abs=1e-12)
+    labels, tied = [1, 1, 0, 0, 1], [0.9, 0.3, 0.9, 0.3, 0.1]
+    assert ev.average_precision(labels, tied) == pytest.approx((1 / 2 + 2 / 4 + 3 / 5) / 3, abs=1e-12)
+    assert ev.average_precision(labels, tied) == pytest.approx(average_precision_score(labels, tied), abs=1e-12)
+
+
 def test_query_metrics_and_stable_rerank():
     # ranked: -, +, -, -, +, +  -> AP = (1/2 + 2/5 + 3/6) / 3, P@1 = 0, P@5 = 2/5, RR = 1/2
     m = ev.query_metrics([False, True, False, False, True, True])

@@ -177,6 +177,40 @@ def test_loss_is_the_cross_entropy_over_real_label_tokens(tiny_objective_on_path
     assert abs(per_sentence.item() - full.item() * n_tokens.item() / 6) < 1e-3
 
 
+def test_decoder_is_causal_and_every_position_reads_the_sentence_vector(tiny_objective):
+    """Held back (assignments.HELD_BACK). Change the tokens from position 5 on: the states before 5 must not move,
+    the states from 5 on must. Change the sentence vector: every position's state must move."""
+    decoder = tiny_objective.eval().decoder
+    torch.manual_seed(7)
+    ids, vector = torch.randint(1000, 2000, (2, 8)), torch.randn(2, 32)
+    later = ids.clone()
+    later[:, 5:] += 1
+    with torch.no_grad():
+        states, with_later, with_other_vector = decoder(ids, vector), decoder(later, vector), decoder(ids, -vector)
+    torch.testing.assert_close(with_later[:, :5], states[:, :5])
+    assert (with_later[:, 5:] - states[:, 5:]).abs().amax(-1).min() > 1e-4
+    assert (with_other_vector - states).abs().amax(-1).min() > 1e-4
+
+
+def test_the_batch_loss_is_its_sentences_losses_weighted_by_their_label_tokens(tiny_objective_on_path, small_corpus):
+    """Held back (assignments.HELD_BACK). Each sentence alone (no padding) against the padded batch of all five:
+    token normalisation weights each sentence's loss by its label tokens; sentence normalisation averages the
+    sentences' summed losses."""
+    obj = tiny_objective_on_path.eval()
+    ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
+    pairs = [ds[(0, i)] for i in range(5)]
+    batch, alone = tsdae.collate_pairs(pairs), [tsdae.collate_pairs([pair]) for pair in pairs]
+    tokens = [int(b["original_mask"][:, 1:].sum()) for b in alone]
+    assert len(set(tokens)) > 2  # the batch has padding
+    with torch.no_grad():
+        means = [obj(b).item() for b in alone]
+        assert obj(batch).item() == pytest.approx(sum(m * t for m, t in zip(means, tokens)) / sum(tokens), rel=1e-4)
+        obj.normalisation = "sentence"
+        sums = [obj(b).item() for b in alone]
+        assert sums == pytest.approx([m * t for m, t in zip(means, tokens)], rel=1e-4)
+        assert obj(batch).item() == pytest.approx(sum(sums) / 5, rel=1e-4)
+
+
 # ---------------------------------------------------------------- noise
 
 
@@ -199,6 +233,27 @@ def test_deletion_removes_60_percent_and_never_everything(tokenizer, sts_sentenc
                 total += len(words)
     assert abs(deleted / total - 0.6) <= 0.02
     assert tsdae.delete_words([[7]], 0.99, rng) == [[7]]  # a one-word sentence survives
+
+
+def test_deletion_keeps_the_survivors_in_order_at_any_ratio():
+    """Held back (assignments.HELD_BACK). Ratio 0 keeps every word, ratio 1 exactly one. At ratio 0.3 each of
+    n = 31 words is deleted on its own: the count deleted is binomial, mean 0.3 n and variance 0.3 * 0.7 n. The
+    survivors keep their order (a word of two WordPieces stays whole)."""
+    rng = random.Random(5)
+    words = [[1000 + i] for i in range(30)] + [[2000, 2001]]
+    assert tsdae.delete_words(words, 0.0, rng) == words
+    for _ in range(50):
+        survivor = tsdae.delete_words(words, 1.0, rng)
+        assert len(survivor) == 1 and survivor[0] in words
+    deleted = []
+    for _ in range(400):
+        kept = tsdae.delete_words(words, 0.3, rng)
+        assert kept == [w for w in words if w in kept]  # in their order, each at most once
+        deleted.append(len(words) - len(kept))
+    n, mean = len(words), sum(deleted) / len(deleted)
+    assert abs(mean / n - 0.3) <= 0.02
+    variance = sum((d - mean) ** 2 for d in deleted) / (len(deleted) - 1)
+    assert abs(variance / (0.3 * 0.7 * n) - 1) < 0.3
 
 
 def test_words_are_the_tokenizers_words(tokenizer):
