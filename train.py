@@ -3,7 +3,7 @@
   TrainSettings               every setting of one run
   make_optimizer, lr_factor   AdamW (no decay on biases and LayerNorm weights), warm-up and decay, or a
                               method's own (TrainSettings.optimizer_fn, lr_factor_fn)
-  train                       the loop: forward, backward, clip, step; then the machinery below
+  train                       the loop: forward, backward (in micro_batches), clip, step; then the machinery below
   RunState                    where a run stands (progress.json)
   epochs                      the loader's batches, epoch after epoch, from where a run stands
   ModelSelection              evaluation during training, the best encoder, early stopping
@@ -49,6 +49,7 @@ class TrainSettings:
     warmup_ratio: float = 0.0  # fraction of steps with a linear warm-up
     schedule: str = "constant"  # after warm-up: "constant" or "linear" decay to 0
     grad_clip: float | None = 1.0
+    micro_batch: int = 0  # forward and backward each batch in parts of this many rows (micro_batches; 0: whole)
     # instead of PyTorch's AdamW: optimizer_fn(param_groups, lr=lr, eps=adam_eps) (make_optimizer's groups)
     optimizer_fn: Callable[..., torch.optim.Optimizer] | None = None
     # instead of lr_factor's warm-up and decay: lr_factor_fn(step, settings), the lr of a step over the peak
@@ -114,11 +115,14 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
                 t0 = time.perf_counter()
                 for group in optimizer.param_groups:
                     group["lr"] = settings.lr * lr_factor(state.step, settings)
-                with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                    loss = wrapped(data.to_device(batch, device))
-                check_finite(loss, state, run)
                 optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
+                loss = 0.0
+                for part, weight in micro_batches(data.to_device(batch, device), settings.micro_batch, objective):
+                    with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                        part_loss = wrapped(part) * weight  # the batch's loss: the weighted sum of its parts'
+                    check_finite(part_loss, state, run)
+                    scaler.scale(part_loss).backward()
+                    loss += part_loss.item()
                 distributed.sum_gradients(wrapped)  # under torchrun, where DDP did not
                 if settings.grad_clip:
                     scaler.unscale_(optimizer)
@@ -126,7 +130,7 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
                 scaler.step(optimizer)
                 scaler.update()
                 state.step, state.step_in_epoch = state.step + 1, state.step_in_epoch + 1
-                record = {"step": state.step, "loss": loss.item(), "lr": optimizer.param_groups[0]["lr"],
+                record = {"step": state.step, "loss": loss, "lr": optimizer.param_groups[0]["lr"],
                           **selection.after_step(state, ends_epoch, objective)}
                 run.after_step(state, record)  # log.jsonl, and a checkpoint every save_every steps
                 shown.update(record, sentences=batch_size(batch), seconds=time.perf_counter() - t0)
@@ -141,6 +145,21 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
         shown.close()
         run.save_finished(state)
     return state
+
+
+def micro_batches(batch: dict[str, torch.Tensor], size: int, objective: nn.Module) -> Iterator[tuple[dict, float]]:
+    """The batch in parts of `size` rows (size 0: the whole batch, weight 1), each with its weight in the batch's
+    loss. A loss that is a mean over objective.count(batch) terms (TSDAE's label tokens) is the sum over the parts
+    of their means times count(part) / count(batch): averaging the parts' means instead would weigh a part with
+    few tokens as much as one with many. (ConSERT's NT-Xent is no mean over parts at all: gradcache.py.)"""
+    rows = len(next(iter(batch.values())))
+    if not size or size >= rows:
+        yield batch, 1.0
+        return
+    total = float(objective.count(batch))
+    for start in range(0, rows, size):
+        part = {name: tensor[start : start + size] for name, tensor in batch.items()}
+        yield part, float(objective.count(part)) / total
 
 
 def check_finite(loss: torch.Tensor, state: RunState, run: RunFolder) -> None:

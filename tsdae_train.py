@@ -61,6 +61,9 @@ def make_parser() -> cli.ArgumentParser:
     p.add_argument("--bucketing", action="store_true",
                    help="batches of similar length (less padding) instead of the reference's plain shuffled batches; "
                         "changes each sentence's weight in the token mean")
+    p.add_argument("--micro-batch", type=int, metavar="N",
+                   help="forward and backward each batch N sentences at a time, each part weighted by its share of the "
+                        "batch's tokens: the same loss and gradient in the memory of N sentences (one process only)")
     p.add_argument("--loss-normalisation", default="tokens", choices=["tokens", "sentence"],
                    help="tokens: mean over the batch's tokens (reference code); sentence: per-sentence sum (paper §3.1)")
     cli.add_run_arguments(p, out="runs/tsdae")
@@ -73,7 +76,7 @@ def make_parser() -> cli.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = make_parser()
     args = p.parse_args(argv)
-    cli.check_arguments(p, args, positive=("lr",), at_least_one=("epochs", "steps", "batch_size", "eval_every"),
+    cli.check_arguments(p, args, positive=("lr",), at_least_one=("epochs", "steps", "batch_size", "eval_every", "micro_batch"),
                           ratios=("noise_ratio",))
     cli.check_selection(p, args)
     if args.max_length < 3:
@@ -92,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     card = cli.model_card("TSDAE", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr)
     sentences, kept_out = data.hold_out(sentences, args.heldout)  # --heldout N: a dev signal without labels
     rank, world = distributed.init()
+    if args.micro_batch and world > 1:  # each process would all-reduce once per part, and their parts differ in number
+        raise data.UsageError("--micro-batch is not written for TSDAE under torchrun yet; use more processes instead")
     torch.manual_seed(args.seed)
     base_model = args.model or default_model_path()
     encoder = SentenceEncoder.from_pretrained(base_model, pooling=args.pooling, max_length=args.max_length)
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                "seed": args.seed, "noise": args.noise, "noise_ratio": args.noise_ratio, "corpus": str(args.corpus)}
     settings = train.TrainSettings(
         out=out, steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every, resume=args.resume,
-        eval_every=args.eval_every, eval_fn=eval_fn, log_fn=log_fn, keep_best=eval_fn is not None,
+        micro_batch=args.micro_batch or 0, eval_every=args.eval_every, eval_fn=eval_fn, log_fn=log_fn, keep_best=eval_fn is not None,
         higher_is_better=evaluate.higher_is_better(args.eval_task), card=card,
         save_with_model=lambda run: tsdae.save_decoder(plain, run / "decoder", decoder))  # for examples/reconstruct.py
     if rank == 0:

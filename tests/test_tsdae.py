@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,7 +21,7 @@ import tsdae
 import tsdae_train
 import weights
 from weights import load_tokenizer
-from model import SentenceEncoder
+from model import Bert, BertConfig, SentenceEncoder
 from train import TrainingStopped
 from tsdae import TSDAELoss
 
@@ -209,6 +210,75 @@ def test_the_batch_loss_is_its_sentences_losses_weighted_by_their_label_tokens(t
         sums = [obj(b).item() for b in alone]
         assert sums == pytest.approx([m * t for m, t in zip(means, tokens)], rel=1e-4)
         assert obj(batch).item() == pytest.approx(sum(sums) / 5, rel=1e-4)
+
+
+def gradients_in_parts(objective, batch: dict, size: int) -> tuple[float, dict]:
+    """What the training loop does with --micro-batch: each part's loss times its weight, backward, summed."""
+    objective.zero_grad(set_to_none=True)
+    total = 0.0
+    for part, weight in train.micro_batches(batch, size, objective):
+        loss = objective(part) * weight
+        loss.backward()
+        total += loss.item()
+    return total, {name: p.grad.clone() for name, p in objective.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("normalisation", ["tokens", "sentence"])
+def test_micro_batches_give_the_whole_batchs_loss_and_gradients(tiny_objective_on_path, small_corpus, normalisation):
+    """--micro-batch: parts of 1, 4 and 5 of an 11-sentence batch, each weighted by its share of the batch's label
+    tokens (or sentences), give the whole batch's loss and every gradient; averaging the parts' losses would not."""
+    obj = tiny_objective_on_path.eval()
+    obj.normalisation = normalisation
+    ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
+    batch = tsdae.collate_pairs([ds[(0, i)] for i in range(11)])
+    whole = gradients_in_parts(obj, batch, 0)
+    for size in (1, 4, 5):
+        total, grads = gradients_in_parts(obj, batch, size)
+        assert total == pytest.approx(whole[0], abs=1e-5)
+        assert grads.keys() == whole[1].keys() and len(grads) > 20
+        for name in grads:
+            assert (grads[name] - whole[1][name]).abs().max() < 1e-5, (size, name)
+    with torch.no_grad():
+        parts = list(train.micro_batches(batch, 4, obj))
+        averaged = np.mean([obj(part).item() for part, _ in parts])
+    if normalisation == "tokens":  # the weights are the parts' shares of the tokens, not of the sentences ...
+        assert [round(w, 3) for _, w in parts] != [round(4 / 11, 3), round(4 / 11, 3), round(3 / 11, 3)]
+        assert abs(averaged - whole[0]) > 1e-4  # ... and plain accumulation gives another loss (a random model's
+        # losses all lie near log V, so the difference is small here, yet 10x the tolerance above)
+
+
+def test_micro_batches_drop_out_like_the_whole_batch(minilm_path, small_corpus, monkeypatch):
+    """In training mode each part makes the dropout calls the whole batch makes, at the same rates, on its own rows
+    (the masks are drawn per part, so the loss is another draw of the same distribution)."""
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                     max_position_embeddings=128, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    encoder = SentenceEncoder(Bert(cfg), weights.load_tokenizer(Path(minilm_path)), "cls", 64)
+    obj = TSDAELoss(encoder).train()
+    ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), encoder.tokenizer, 64)
+    batch = tsdae.collate_pairs([ds[(0, i)] for i in range(10)])
+    calls, real = [], torch.nn.functional.dropout
+    monkeypatch.setattr(torch.nn.functional, "dropout", lambda x, p=0.5, training=True, inplace=False: (
+        calls.append((len(x), p)) or real(x, p, training, inplace)))
+    obj(batch)
+    whole, parts = calls[:], []
+    for part, _ in train.micro_batches(batch, 4, obj):
+        calls.clear()
+        obj(part)
+        parts.append(calls[:])
+    assert len(whole) > 10 and all(len(calls) == len(whole) for calls in parts)
+    for k, (rows, rate) in enumerate(whole):
+        assert [calls[k][1] for calls in parts] == [rate] * 3 and sum(calls[k][0] for calls in parts) == rows
+
+
+def test_the_micro_batch_flag_trains_like_the_whole_batch(tiny_model_dir, small_corpus, tmp_path):
+    common = ["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--batch-size", "8", "--steps", "4",
+              "--lr", "1e-3"]
+    tsdae_train.main(common + ["--out", str(tmp_path / "whole")])
+    tsdae_train.main(common + ["--out", str(tmp_path / "parts"), "--micro-batch", "3"])
+    assert losses(tmp_path / "whole") == pytest.approx(losses(tmp_path / "parts"), abs=1e-5)
+    a = SentenceEncoder.from_pretrained(tmp_path / "whole" / "model").bert.state_dict()
+    b = SentenceEncoder.from_pretrained(tmp_path / "parts" / "model").bert.state_dict()
+    assert all((a[name] - b[name]).abs().max() < 1e-5 for name in a)
 
 
 # ---------------------------------------------------------------- noise
