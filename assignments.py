@@ -40,7 +40,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 MARKER = re.compile(r"^\s*# Exercise (\d+) \(ASSIGNMENTS\.md\)\s*$")
-SOURCES = ("model.py", "weights.py", "data.py", "tsdae.py", "consert.py", "evaluate.py")  # the files exercises live in
+# the files exercises live in
+SOURCES = ("model.py", "weights.py", "data.py", "tsdae.py", "consert.py", "gradcache.py", "evaluate.py")
 LEFT_OUT = {".git", "runs", "data", ".pytest_cache"}  # top-level folders not copied (nor any __pycache__)
 
 # Each exercise's tests: they run the plain path, the one the exercises fill in.
@@ -68,6 +69,8 @@ TESTS = {
     10: ["tests/test_consert.py::test_span_keeps_one_contiguous_run_of_the_promised_length[plain]"],
     11: ["tests/test_model.py::test_safetensors_dtypes_round_trip", "tests/test_model.py::test_truncated_safetensors",
          "tests/test_model.py::test_minilm_hidden_states_equal_transformers[plain]"],
+    12: ["tests/test_gradcache.py::test_the_cached_gradient_is_the_gradient_of_the_whole_batch",
+         "tests/test_gradcache.py::test_the_random_state_goes_on_as_without_chunks"],
 }
 
 
@@ -87,6 +90,7 @@ HELD_BACK = {
     10: ["tests/test_consert.py::test_span_starts_anywhere_in_the_sentence_equally_often"],
     11: ["tests/test_model.py::test_safetensors_by_hand_with_the_bytes_in_another_order_than_the_header",
          "tests/test_model.py::test_header_length_past_end_of_file"],
+    12: ["tests/test_gradcache.py::test_the_replay_of_the_random_state_is_what_makes_it_exact"],
 }
 
 

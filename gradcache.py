@@ -41,7 +41,7 @@ def set_random_state(state: tuple[torch.Tensor, torch.Tensor | None], device: to
 
 
 class CachedVectors(torch.autograd.Function):
-    """encode(*chunk) for each chunk, concatenated (B, d). Forward: steps 1 (no graph); backward: step 3."""
+    """encode(*chunk) for each chunk, concatenated (B, d). Forward: step 1 (no graph); backward: step 3."""
 
     @staticmethod
     def forward(ctx, encode: Callable[..., torch.Tensor], chunks: list[tuple[torch.Tensor, ...]],
@@ -58,16 +58,30 @@ class CachedVectors(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[None, None, None]:
         enabled, dtype = ctx.autocast
-        devices = [ctx.device] if ctx.device.type == "cuda" else []
-        start = 0
-        with torch.random.fork_rng(devices=devices):  # the run's own random state is put back afterwards
-            for chunk, state in zip(ctx.chunks, ctx.states):
-                set_random_state(state, ctx.device)  # the draws of this chunk in step 1
-                with torch.enable_grad(), torch.autocast(ctx.device.type, dtype=dtype, enabled=enabled):
-                    z = ctx.encode(*chunk)  # (N, d), now with its graph
-                torch.autograd.backward(z, grad[start : start + len(z)])  # parameters' .grad += g_chunk . dz/dtheta
-                start += len(z)
-        return None, None, None
+
+        def encode_as_in_step_1(*chunk: torch.Tensor) -> torch.Tensor:  # under the same autocast
+            with torch.autocast(ctx.device.type, dtype=dtype, enabled=enabled):
+                return ctx.encode(*chunk)
+
+        backward_in_chunks(encode_as_in_step_1, ctx.chunks, ctx.states, grad)
+        return None, None, None  # the parameters' gradients are in their .grad already
+
+
+# Exercise 12 (ASSIGNMENTS.md)
+def backward_in_chunks(encode: Callable[..., torch.Tensor], chunks: list[tuple[torch.Tensor, ...]],
+                       states: list[tuple], grad: torch.Tensor) -> None:
+    """Step 3: for each chunk, from the random state it started from in step 1 (states), encode it again with
+    its graph and back-propagate its rows of grad (B, d), the cached gradient. The run's own random state is
+    as it was before, afterwards."""
+    device = chunks[0][0].device
+    start = 0
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # put back afterwards
+        for chunk, state in zip(chunks, states):
+            set_random_state(state, device)  # the draws of this chunk in step 1
+            with torch.enable_grad():
+                z = encode(*chunk)  # (N, d), now with its graph
+            torch.autograd.backward(z, grad[start : start + len(z)])  # .grad += g_chunk . dz_chunk / dtheta
+            start += len(z)
 
 
 def in_chunks(input_ids: torch.Tensor, attention_mask: torch.Tensor, size: int) -> list[tuple[torch.Tensor, ...]]:

@@ -1,0 +1,63 @@
+"""Peak memory and seconds per sentence of ConSERT's training step, by batch size, with and without the cached
+gradient (--micro-batch, gradcache.py): does the memory stop growing with the batch, and what does it cost?
+
+    python bench/memory.py [--batch-sizes 64 256 1024] [--micro-batch 64] [--steps 3] [--corpus FILE]
+
+Each row is `python consert.py` (the shipped MiniLM, the official unsupervised views, CPU) run as a fresh process:
+peak memory is that process's maximum resident set (os.wait4's ru_maxrss), seconds per sentence is
+(the wall time of a run of --steps steps - that of a 1-step run) / ((steps - 1) x batch), so loading and saving
+cancel out. The corpus: --corpus, else the STS sentences of $EVAL_DATA_DIR (consert.py --sts-corpus).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from evaluate import default_data_dir  # noqa: E402
+
+
+def run(args: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MiB) of `python consert.py ARGS` in a process of its own."""
+    start = time.perf_counter()
+    child = subprocess.Popen([sys.executable, str(ROOT / "consert.py"), *args], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - start
+    if status != 0:
+        raise SystemExit(f"error: consert.py {' '.join(args)} failed:\n{child.stderr.read().decode()[-2000:]}")
+    return seconds, usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256, 1024])
+    p.add_argument("--micro-batch", type=int, default=64, help="the chunk of the cached-gradient rows")
+    p.add_argument("--steps", type=int, default=3, help="steps of the timed run (at least 2)")
+    p.add_argument("--corpus", help="one sentence per line (default: --sts-corpus $EVAL_DATA_DIR)")
+    args = p.parse_args()
+    source = ["--corpus", args.corpus] if args.corpus else ["--sts-corpus", str(default_data_dir())]
+    print(f"{'batch':>6} {'chunks':>7} {'peak RSS MiB':>13} {'ms / sentence':>14}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for batch in args.batch_sizes:
+            for chunk in (None, args.micro_batch):
+                if chunk is not None and chunk >= batch:
+                    continue
+                common = [*source, "--batch-size", str(batch), "--device", "cpu", "--save-every", "0",
+                          "--overwrite", "--out", tmp, *(["--micro-batch", str(chunk)] if chunk else [])]
+                one, _ = run([*common, "--steps", "1"])
+                many, peak = run([*common, "--steps", str(args.steps)])
+                per_sentence = (many - one) / ((args.steps - 1) * batch)
+                print(f"{batch:>6} {chunk or '-':>7} {peak:>13.0f} {1000 * per_sentence:>14.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
