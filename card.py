@@ -24,6 +24,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from weights import (POOLING_MODES, ModelLoadError, default_model_path, read_config, read_max_length,
                         read_pooling)
@@ -64,9 +65,10 @@ class ModelCard:
     load_path: str = "path/to/this/folder"  # what the loading examples open
 
 
-def corpus_fingerprint(lines: list[str]) -> tuple[int, str]:
+def corpus_fingerprint(lines: Sequence[str]) -> tuple[int, str]:
     """(number of lines, SHA-256 hex of the lines each followed by '\\n', UTF-8): the sentences the run trained
-    on, as read (blank lines already skipped), so two runs with the same fingerprint saw the same text."""
+    on, as read (blank lines already skipped), so two runs with the same fingerprint saw the same text. One pass
+    over `lines`: a data.Corpus streams from its file."""
     digest = hashlib.sha256()
     for line in lines:
         digest.update(line.encode("utf-8", "surrogatepass") + b"\n")

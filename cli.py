@@ -20,7 +20,7 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -90,7 +90,7 @@ def add_selection_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup
 
 
 def model_card(method: str, parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str] | None,
-               sentences: list[str], pooling: str, lr: float, corpus: str | None = None) -> Callable:
+               sentences: Sequence[str], pooling: str, lr: float, corpus: str | None = None) -> Callable:
     """The model card of a run's saved models, as a function of where the run stands (steps, best dev score)."""
     fixed = dict(method=method, base_model=str(args.model or weights.default_model_path()), pooling=pooling,
                  corpus=str(corpus or args.corpus), batch_size=args.batch_size, lr=lr, command=command_line(argv),

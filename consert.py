@@ -19,6 +19,7 @@ The experiment (the official settings of each strategy, stage by stage, the comm
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 import torch.nn as nn
@@ -311,7 +312,7 @@ NLI_LABELS = {"contradiction": 0, "entailment": 1, "neutral": 2}  # the label id
 class SentenceDataset(torch.utils.data.Dataset):
     """Item (epoch, i) -> token ids of sentence i."""
 
-    def __init__(self, sentences: list[str], tokenizer: Tokenizer, max_length: int):
+    def __init__(self, sentences: Sequence[str], tokenizer: Tokenizer, max_length: int):
         self.sentences, self.tokenizer, self.max_length = sentences, tokenizer, max_length
 
     def __len__(self) -> int:

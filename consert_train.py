@@ -17,7 +17,7 @@ import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -309,20 +309,22 @@ def sts_corpus(data_dir: str | Path) -> list[str]:
 # The run: a stage's batches, a stage, the strategy's stages
 
 
-def datasets(stage: Stage, inputs: list, encoder: SentenceEncoder) -> tuple[torch.utils.data.Dataset, Callable]:
+def datasets(stage: Stage, inputs: Sequence, encoder: SentenceEncoder) -> tuple[torch.utils.data.Dataset, Callable]:
     """The stage's data set and collate function: sentences (unsup) or NLI pairs."""
     if stage.kind == "unsup":
         return SentenceDataset(inputs, encoder.tokenizer, encoder.max_length), collate_sentences
     return NLIDataset(inputs, encoder.tokenizer, encoder.max_length), collate_nli
 
 
-def stage_loader(stage: Stage, inputs: list, encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
-                 rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
+def stage_loader(stage: Stage, inputs: Sequence, encoder: SentenceEncoder, args: argparse.Namespace,
+                 device: torch.device, rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
     """Plain shuffled batches, as the official DataLoader(shuffle=True) gives them: the batch decides which
     sentences are each other's negatives. With --bucketing, batches of similar length (by the pair's length for NLI)."""
     tokenizer, max_length = encoder.tokenizer, encoder.max_length
     dataset, collate = datasets(stage, inputs, encoder)
-    if stage.kind == "unsup":
+    if not args.bucketing:
+        lengths = len(inputs)  # plain batches need only the number of items: no tokenisation before the first step
+    elif stage.kind == "unsup":
         lengths = data.token_lengths(tokenizer, inputs, max_length)
     else:
         lengths = (data.token_lengths(tokenizer, [p for p, _, _ in inputs], max_length)
@@ -332,7 +334,7 @@ def stage_loader(stage: Stage, inputs: list, encoder: SentenceEncoder, args: arg
                             workers=args.workers, rank=rank, world_size=world)
 
 
-def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inputs: list, args: argparse.Namespace,
+def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inputs: Sequence, args: argparse.Namespace,
               device: torch.device, argv: list[str] | None = None, rank: int = 0, world: int = 1) -> None:
     """One call of the shared training loop, as process `rank` of `world` (distributed.init, called by main)."""
     # the official code's tokens per sentence: min(n, --max-length) + 3, of which 2 special (Transformer.py)
@@ -398,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     nli = read_nli(args.nli, args.bad_lines) if plan[0].kind != "unsup" else None
     corpus = None
     if plan[-1].kind == "unsup":
-        corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else read_corpus(args.corpus, args.bad_lines)
+        corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else data.open_corpus(args.corpus, args.bad_lines)
     device = cli.device(args.device)
     evaluate.check_dev_task(args.eval_task, args.eval_data)
     cli.check_out_folder(out, args.resume, args.overwrite)

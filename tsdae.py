@@ -116,7 +116,7 @@ class DenoisingDataset(torch.utils.data.Dataset):
     however many DataLoader workers or distributed processes there are, and the same after a resume.
     """
 
-    def __init__(self, sentences: list[str], tokenizer: Tokenizer, max_length: int, noise: str = "delete",
+    def __init__(self, sentences: Sequence[str], tokenizer: Tokenizer, max_length: int, noise: str = "delete",
                  ratio: float = 0.6, seed: int = 0):
         self.sentences, self.tokenizer, self.max_length = sentences, tokenizer, max_length
         self.noise, self.ratio, self.seed = NOISE[noise], ratio, seed

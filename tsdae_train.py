@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import copy
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -25,14 +26,17 @@ from model import SentenceEncoder
 
 
 
-def pair_loader(sentences: list[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
+def pair_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
                 rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
     """(damaged, original) pairs in plain shuffled batches, as the reference's DataLoader(shuffle=True) gives them.
     With --bucketing, batches of similar original length: less work on padding, but the loss is a mean over the
-    batch's tokens, so in a bucketed batch each sentence weighs about 1/B whatever its length."""
+    batch's tokens, so in a bucketed batch each sentence weighs about 1/B whatever its length. Only bucketing
+    tokenises the whole corpus first (its lengths); plain batches need only the number of sentences."""
     dataset = tsdae.DenoisingDataset(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise,
                                ratio=args.noise_ratio, seed=args.seed)
-    return data.make_loader(dataset, lengths=data.token_lengths(encoder.tokenizer, sentences, encoder.max_length),
+    lengths = (data.token_lengths(encoder.tokenizer, sentences, encoder.max_length) if args.bucketing
+               else len(sentences))
+    return data.make_loader(dataset, lengths=lengths,
                             collate=tsdae.collate_pairs, pad_id=encoder.bert.cfg.pad_token_id, batch_size=args.batch_size,
                             seed=args.seed, device=device, bucketing=args.bucketing, workers=args.workers, rank=rank,
                             world_size=world)
@@ -88,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     # read every input first: bad input stops the run before any model is loaded or any file is written
-    sentences = data.read_corpus(args.corpus, args.bad_lines)
+    sentences = data.open_corpus(args.corpus, args.bad_lines)  # where each line is; its text stays on disk
     device = cli.device(args.device)
     evaluate.check_dev_task(args.eval_task, args.eval_data)
     cli.check_out_folder(out, args.resume, args.overwrite)

@@ -111,6 +111,8 @@ QUICK = {
                          "test_the_tables_name_the_same_tasks", "test_sts_loaders_counts"],
     "test_useb.py": ["test_trec_eval_ap_by_hand_and_against_pytrec_eval"],
     "test_distributed.py": ["test_sampler_shards_cover_the_corpus_exactly_once"],
+    "test_corpus.py": ["test_the_lazy_corpus_reads_what_read_corpus_reads",
+                       "test_plain_batches_are_those_of_the_lengths_computed_before"],
     "test_download.py": ["test_fetch_from_mirror_gives_the_same_bytes_and_a_second_call_downloads_nothing",
                          "test_a_corrupt_file_is_refused_and_nothing_is_left_behind"],
     "test_inspect.py": ["test_no_value_can_break_the_yaml", "test_corpus_fingerprint_and_command_line"],

@@ -1,0 +1,99 @@
+"""What a corpus's size costs `python tsdae.py` before its first step, in time and peak memory (issue 29: a corpus
+larger than memory). Runs `python tsdae.py --steps 1` on the corpus and on its first 20,000 lines, each in a fresh
+process, and prints both and the difference.
+
+    python bench/corpus.py --lines 1000000              # a generated corpus, in a temporary folder
+    python bench/corpus.py --corpus FILE                # a file of your own
+    python bench/corpus.py --lines 1000000 --bucketing  # any other flag goes to tsdae.py (--model DIR, ...)
+
+The generated corpus: 5 to 30 words a line, drawn (seed 0) from the whole words of the shipped MiniLM's
+vocabulary. Time to the first step: from starting the process to the first line of its log.jsonl (imports, model
+loading and the step itself included, the same for both corpora). Peak memory: the process's ru_maxrss.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from weights import default_model_path  # noqa: E402
+
+SMALL_LINES = 20000
+
+
+def write_corpus(path: Path, lines: int, seed: int = 0) -> None:
+    """`lines` lines of 5 to 30 random whole words of the MiniLM vocabulary, written 100,000 at a time."""
+    vocabulary = [w for w in (Path(default_model_path()) / "vocab.txt").read_text(encoding="utf-8").split()
+                  if w.isalpha()]  # whole words: not [CLS], not ##ing
+    rng = np.random.default_rng(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for first in range(0, lines, 100000):
+            counts = rng.integers(5, 31, size=min(100000, lines - first))
+            words = iter([vocabulary[i] for i in rng.integers(len(vocabulary), size=counts.sum())])
+            f.writelines(" ".join(itertools.islice(words, n)) + "\n" for n in counts.tolist())
+
+
+def measure(corpus: Path, out: Path, tsdae_args: list[str]) -> tuple[float, float, float]:
+    """(seconds to the first step, seconds in all, peak RSS in MB) of `python tsdae.py --steps 1` on `corpus`."""
+    command = [sys.executable, str(ROOT / "tsdae.py"), "--corpus", str(corpus), "--steps", "1", "--out", str(out),
+               *tsdae_args]
+    log, first_step = out / "log.jsonl", None
+    start = time.perf_counter()
+    with open(out.with_name(out.name + ".output.txt"), "w") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+    while True:
+        # os.wait4 rather than process.poll: it also gives the ended process's own resource usage (its peak RSS)
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        if first_step is None and log.exists() and log.stat().st_size:
+            first_step = time.perf_counter() - start
+        time.sleep(0.05)
+    total = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode:
+        sys.exit(f"{' '.join(command)} failed:\n{out.with_name(out.name + '.output.txt').read_text()[-3000:]}")
+    if first_step is None:  # it ended between two looks at its log: at most this
+        first_step = total
+    return first_step, total, usage.ru_maxrss / 1024  # Linux: ru_maxrss in KB
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog="Other flags go to tsdae.py.",
+                                allow_abbrev=False)
+    p.add_argument("--corpus", type=Path, help="a corpus to measure (default: one generated with --lines)")
+    p.add_argument("--lines", type=int, default=1000000, help="lines of the generated corpus")
+    args, tsdae_args = p.parse_known_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        corpus = args.corpus
+        if corpus is None:
+            corpus = tmp / f"corpus-{args.lines}.txt"
+            write_corpus(corpus, args.lines)
+        small = tmp / "small.txt"
+        with open(corpus, "rb") as big, open(small, "wb") as f:
+            f.writelines(itertools.islice(big, SMALL_LINES))
+        print(" ".join(["python tsdae.py --steps 1", *tsdae_args]))
+        print(f"{'corpus':<28} {'MB':>8} {'first step s':>13} {'in all s':>9} {'peak RSS MB':>12}")
+        rows = {}
+        for name, path in [(f"its first {SMALL_LINES:,} lines", small), (corpus.name, corpus)]:
+            rows[name] = measure(path, tmp / f"run-{len(rows)}", tsdae_args)
+            first_step, total, rss = rows[name]
+            print(f"{name:<28} {path.stat().st_size / 1e6:>8.1f} {first_step:>13.1f} {total:>9.1f} {rss:>12.0f}")
+        (small_first, _, small_rss), (big_first, _, big_rss) = rows.values()
+        print(f"{'difference':<28} {'':>8} {big_first - small_first:>13.1f} {'':>9} {big_rss - small_rss:>12.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
