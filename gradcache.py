@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from consert import ConSERTLoss, UnaugmentedPass
+from consert import ConSERTLoss, UnaugmentedPass, View
 
 
 def random_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -121,7 +121,7 @@ class ChunkedConSERTLoss(ConSERTLoss):
         anchor = torch.empty(0, requires_grad=True)  # a Function's output has a gradient only if an input has one
         return CachedVectors.apply(encode, chunks, anchor)  # (B, d)
 
-    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, view) -> torch.Tensor:
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, view: View) -> torch.Tensor:
         return self.chunked(lambda ids, mask: ConSERTLoss.encode(self, ids, mask, view), input_ids, attention_mask)
 
     def unaugmented(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> UnaugmentedPass:
