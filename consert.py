@@ -45,6 +45,7 @@ VIEW_NAMES = (
     "none",            # unaugmented
     "shuffle",         # token shuffle: the position ids of the real tokens permuted
     "token_cutoff",    # whole token rows of the embedding output zeroed
+    "token_cutoff_masked",  # the same rows zeroed and also masked out of attention and pooling (LABS.md, lab 1)
     "feature_cutoff",  # whole feature columns of the embedding output zeroed
     "span",            # one contiguous span kept, the rest masked out
     "dropout",         # random entries of the embedding output zeroed
@@ -90,6 +91,18 @@ def token_cutoff(x: torch.Tensor, attention_mask: torch.Tensor, rate: float) -> 
     return x.masked_fill(cut[:, :, None], 0.0)
 
 
+def masked_token_cutoff(x: torch.Tensor, attention_mask: torch.Tensor,
+                        rate: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The "token_cutoff_masked" view (LABS.md, lab 1): token_cutoff's int(n * rate) rows zeroed AND taken out of
+    the attention mask, so no token attends to a cut one and pooling skips it, as if it were padding. The
+    official token_cutoff keeps them attended to as zero vectors (its author confirms it: yym6472/ConSERT issue #7).
+    Returns x (B, L, d) and the new attention mask (B, L); rate < 1 leaves every sentence a token."""
+    real = attention_mask.bool()  # (B, L)
+    counts = (real.sum(1).double() * rate).long()  # (B,) int(n * rate), as token_cutoff
+    cut = random_subset(real, counts)  # (B, L)
+    return x.masked_fill(cut[:, :, None], 0.0), attention_mask.masked_fill(cut, 0)
+
+
 # Exercise 6 (ASSIGNMENTS.md)
 def feature_cutoff(x: torch.Tensor, attention_mask: torch.Tensor, rate: float) -> torch.Tensor:
     """Zero int(d * rate) whole feature columns of the embedding output x (B, L, d), chosen per sentence."""
@@ -128,6 +141,8 @@ def augment(x: torch.Tensor, attention_mask: torch.Tensor, view: View) -> tuple[
     position ids; none, simcse and adversarial change nothing here)."""
     if view.name == "token_cutoff":
         return token_cutoff(x, attention_mask, view.rate), attention_mask
+    if view.name == "token_cutoff_masked":
+        return masked_token_cutoff(x, attention_mask, view.rate)
     if view.name == "feature_cutoff":
         return feature_cutoff(x, attention_mask, view.rate), attention_mask
     if view.name == "dropout":
@@ -218,19 +233,25 @@ class ConSERTLoss(nn.Module):
 
     cl_weight: the official code multiplies the contrastive loss by cl_rate = 0.15 in every setting, also
     when it is the only loss; with AdamW a constant factor then matters only through gradient clipping.
+    shared_dropout (LABS.md, lab 3; needs the views simcse and simcse): ONE encoder pass, whose vectors are both
+    views, z2 = z1: the same dropout masks for the two copies of a sentence (SimCSE's "fixed 0.1", Gao et al.
+    2021 §3, tab. 3). The positive pair is then identical, sim(k, p(k)) = 1 / temperature whatever the encoder
+    does, and NT-Xent can only push the negatives apart.
     """
 
     def __init__(self, encoder: SentenceEncoder, views: tuple[View, View], temperature: float = 0.1,
                  cl_weight: float = 0.15, adv_norm: float = 1.0, nli_classes: int = 0, joint: bool = False,
-                 nli_features: str = NLI_FEATURES[0]):
+                 nli_features: str = NLI_FEATURES[0], shared_dropout: bool = False):
         super().__init__()
         check_views(views)
+        if shared_dropout and [view.name for view in views] != ["simcse", "simcse"]:
+            raise ValueError("shared dropout masks are for the views simcse and simcse")
         view1, view2 = views
         if view1.name == "adversarial":  # NT-Xent treats its views alike; the adversarial one needs the other first
             view1, view2 = view2, view1
         self.encoder, self.views = encoder, (view1, view2)
         self.temperature, self.cl_weight, self.adv_norm, self.joint = temperature, cl_weight, adv_norm, joint
-        self.nli_feature_kind = nli_features
+        self.nli_feature_kind, self.shared_dropout = nli_features, shared_dropout
         width = (4 if nli_features == NLI_FEATURES[0] else 3) * encoder.bert.cfg.hidden_size
         self.classifier = nn.Linear(width, nli_classes) if nli_classes else None
 
@@ -270,6 +291,8 @@ class ConSERTLoss(nn.Module):
         if view2.name == "adversarial" and unaugmented is None:  # the pass that the attack perturbs
             unaugmented = self.unaugmented(input_ids, attention_mask)
         z1 = vectors(view1)  # (B, d)
+        if self.shared_dropout:  # lab 3: the second copy IS the first pass, the same dropout masks
+            return self.contrastive_loss(z1, z1, keys)
         if view2.name != "adversarial":
             return self.contrastive_loss(z1, vectors(view2), keys)
         if attacked is None:

@@ -184,6 +184,9 @@ def make_parser() -> cli.ArgumentParser:
                       help="encode each batch N sentences at a time with the cached gradient (Gao et al. 2021): the "
                            "whole batch's loss and exact gradient in the encoder memory of N; the dropout and views "
                            "are drawn per chunk (gradcache.py). Not with the adversarial view")
+    both.add_argument("--shared-dropout", action="store_true",
+                      help="with the views simcse and simcse: one encoder pass is both views, the same dropout masks "
+                           "for the two copies (SimCSE's \"fixed 0.1\"; LABS.md, lab 3)")
     both.add_argument("--local-negatives", action="store_true",
                       help="under torchrun: contrast each process's share of the batch only (default: all processes')")
     cli.add_run_arguments(both, out="runs/consert")
@@ -214,6 +217,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(str(e))
         if not stage.dropout and "simcse" in [view.name for view in stage.views]:
             p.error("the simcse view is the encoder's own dropout: it needs the encoder's dropout on (or auto)")
+        if args.shared_dropout and stage.kind != "sup" and [view.name for view in stage.views] != ["simcse", "simcse"]:
+            p.error("--shared-dropout needs the views simcse and simcse")
         if args.micro_batch and "adversarial" in [view.name for view in stage.views] and stage.kind != "sup":
             p.error("--micro-batch cannot take the adversarial view: its perturbation is a gradient through the "
                     "whole batch's loss, inside the forward pass")
@@ -344,7 +349,8 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
         switch_off_dropout(encoder)
     objective = ConSERTLoss(encoder, stage.views, temperature=args.temperature, cl_weight=args.cl_weight,
                             adv_norm=args.adv_norm, nli_classes=0 if stage.kind == "unsup" else len(NLI_LABELS),
-                            joint=stage.kind == "joint", nli_features=args.nli_features)
+                            joint=stage.kind == "joint", nli_features=args.nli_features,
+                            shared_dropout=args.shared_dropout and stage.kind != "sup")
     if not args.plain and not args.bucketing:  # length buckets hold almost no padding: packing would cost (fast.py)
         objective = fast.speed_up_consert(objective, device)  # the same parameters and numbers, computed faster
     if args.micro_batch:  # the same loss and gradient, the encoder's graph one chunk at a time

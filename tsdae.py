@@ -10,6 +10,7 @@ Read top to bottom:
   2. the training pairs                  DenoisingDataset: (damaged, original) token ids
   3. the decoder (§3.2, app. A)          DecoderLayer, TSDAEDecoder: tied to the encoder, sees only the vector
   4. the loss (§3.1)                     TSDAELoss: -log P(original | vector), token by token
+                                         (TokenMemoryTSDAELoss: LABS.md's lab 5, without the bottleneck)
   5. what the vector remembers (§3.2)    greedy_decode, beam_decode: rebuild a sentence from its vector
                                          (examples/reconstruct.py); save_decoder, load_decoder
 The experiment (its settings, the batches, the command line) is tsdae_train.py; `python tsdae.py` runs it.
@@ -114,12 +115,14 @@ class DenoisingDataset(torch.utils.data.Dataset):
 
     The noise is drawn from a generator seeded by (seed, epoch, i): fresh every epoch, yet the same
     however many DataLoader workers or distributed processes there are, and the same after a resume.
+    noise_once (LABS.md, lab 2): seeded by (seed, i) only, so every epoch sees the same damaged sentence, as in
+    sentence-transformers' examples that damage the corpus once before training (their issue #3241).
     """
 
     def __init__(self, sentences: Sequence[str], tokenizer: Tokenizer, max_length: int, noise: str = "delete",
-                 ratio: float = 0.6, seed: int = 0):
+                 ratio: float = 0.6, seed: int = 0, noise_once: bool = False):
         self.sentences, self.tokenizer, self.max_length = sentences, tokenizer, max_length
-        self.noise, self.ratio, self.seed = NOISE[noise], ratio, seed
+        self.noise, self.ratio, self.seed, self.noise_once = NOISE[noise], ratio, seed, noise_once
         self.mask_id = data.special_token_id(tokenizer, "mask")
         self.vocab = ordinary_token_ids(tokenizer) if noise in ("replace", "add") else ()
 
@@ -128,7 +131,7 @@ class DenoisingDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[list[int], list[int]]:
         epoch, i = key
-        rng = random.Random(f"{self.seed}-{epoch}-{i}")
+        rng = random.Random(f"{self.seed}-{i}" if self.noise_once else f"{self.seed}-{epoch}-{i}")
         head, words, tail = words_of(self.tokenizer, self.sentences[i])
         damaged = self.noise(words, self.ratio, rng, mask_id=self.mask_id, vocab=self.vocab)
         join = lambda ws: head + [t for w in ws for t in w] + tail
@@ -164,13 +167,15 @@ class DecoderLayer(nn.Module):
         self.cross_attn.apply(init_weights)
 
     # Exercise 4 (ASSIGNMENTS.md)
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, causal: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, causal: torch.Tensor,
+                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, L, d) decoder states; memory: (B, 1, d), the sentence vector; causal: (L, L) bool, True where
-        position t may see position t' (t' <= t)."""
+        position t may see position t' (t' <= t). memory_mask: None; only LABS.md's lab 5 gives a longer memory,
+        token states (B, Ld, d), with this mask (B, 1, 1, Ld), True = a real token."""
         x = self.self_attn_norm(x + self.dropout(self.self_attn(x, causal)))  # (B, L, d)
         # §3.2: keys and values come only from the sentence vector s, a memory of length 1:
         #   CrossAttn(x) = softmax(x W_q (s W_k)^T / sqrt(d_head)) s W_v, one key per sentence
-        x = self.cross_attn_norm(x + self.dropout(self.cross_attn(x, memory=memory)))  # (B, L, d)
+        x = self.cross_attn_norm(x + self.dropout(self.cross_attn(x, memory_mask, memory=memory)))  # (B, L, d)
         return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
 
 
@@ -191,17 +196,23 @@ class TSDAEDecoder(nn.Module):
         self.layers = nn.ModuleList([DecoderLayer(layer, cfg) for layer in source.layers])
         self.lm_head = source.mlm_head if source.mlm_head is not None else MLMHead(cfg)
 
-    def forward(self, input_ids: torch.Tensor, sentence_vec: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, sentence_vec: torch.Tensor | None, keep: torch.Tensor | None = None,
+                token_states: torch.Tensor | None = None, token_mask: torch.Tensor | None = None) -> torch.Tensor:
         """input_ids (B, L), sentence_vec (B, d) -> decoder states (B, L, d). With keep (B, L) bool, the kept
-        positions' states only, as rows (T, d) in reading order (keep holds each sentence's first positions)."""
-        memory = sentence_vec[:, None, :]  # (B, 1, d)
+        positions' states only, as rows (T, d) in reading order (keep holds each sentence's first positions).
+        LABS.md's lab 5 (sentence_vec None): the cross-attention reads token_states (B, Ld, d) instead, the
+        encoder's states of the damaged sentence, at its real tokens (token_mask (B, Ld), 1 = real)."""
+        if token_states is None:
+            memory, memory_mask = sentence_vec[:, None, :], None  # (B, 1, d): one key, nothing to mask
+        else:
+            memory, memory_mask = token_states, token_mask.bool()[:, None, None, :]  # (B, Ld, d), (B, 1, 1, Ld)
         L = input_ids.shape[1]
         # causal: position t sees tokens <= t only. No padding mask is needed: pads sit after every
         # real token, so no real position can see one (the reference code passes none either).
         causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()  # (L, L)
         x = self.embeddings(input_ids)  # (B, L, d)
         for layer in self.layers:
-            x = layer(x, memory, causal)  # (B, L, d)
+            x = layer(x, memory, causal, memory_mask)  # (B, L, d)
         return x if keep is None else x[keep]
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
@@ -260,6 +271,22 @@ class TSDAELoss(nn.Module):
         return torch.tensor(len(batch["original_ids"]), device=batch["original_ids"].device)
 
 
+class TokenMemoryTSDAELoss(TSDAELoss):
+    """LABS.md, lab 5 (--decoder-memory tokens), not TSDAE: TSDAELoss whose decoder's cross-attention reads every
+    final token state of the damaged sentence (its padding masked out) instead of the one sentence vector. §3.2's
+    bottleneck is gone: the decoder can copy the surviving words from their own states, and nothing forces the
+    pooled vector to carry the sentence. The same parameters and normalisation; only the decoder's memory differs."""
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        token_states = self.encoder.bert(batch["damaged_ids"], batch["damaged_mask"])  # (B, Ld, d), not pooled
+        original, mask = batch["original_ids"], batch["original_mask"]
+        decoder_input, labels = original[:, :-1], original[:, 1:]  # (B, L-1) each, as TSDAELoss.forward
+        is_label = mask[:, 1:].bool()  # (B, L-1)
+        states = self.decoder(decoder_input, None, keep=is_label, token_states=token_states,
+                              token_mask=batch["damaged_mask"])  # (T, d)
+        return self.decoder.neg_log_likelihood(states, labels[is_label]) / self.count(batch)
+
+
 # ----------------------------------------------------------------------------
 # 5. What the vector remembers: the decoder rebuilds a sentence from it alone (§3.2)
 
@@ -297,7 +324,7 @@ def beam_decode(decoder: TSDAEDecoder, sentence_vec: torch.Tensor, start_id: int
 #   decoder.safetensors  its parameters not tied to the encoder, by TSDAEDecoder's names: layers.N.cross_attn.*,
 #                        layers.N.cross_attn_norm.*, lm_head.* (all of them with --untie)
 #   decoder.json         {"tie", "normalisation", "base_model", "seed", "noise", "noise_ratio", "corpus"}: how it
-#                        was made
+#                        was made ("memory": "tokens" after LABS.md's lab 5)
 
 
 def save_decoder(objective: TSDAELoss, folder: Path, settings: dict) -> None:
@@ -312,6 +339,8 @@ def load_decoder(run: Path) -> tuple[TSDAELoss, dict]:
     """A trained run's encoder (run/model) and decoder (run/decoder), and the decoder's settings."""
     settings = weights.read_json(run / "decoder" / "decoder.json",
                                     missing=f"{run} holds no decoder/ (a run of tsdae.py from before it kept one?)")
+    if settings.get("memory") == "tokens":
+        raise data.UsageError(f"{run}: its decoder read token states (--decoder-memory tokens), not a sentence vector")
     objective = TSDAELoss(SentenceEncoder.from_pretrained(run / "model"), tie=settings["tie"],
                           normalisation=settings["normalisation"])
     state = weights.read_safetensors(run / "decoder" / "decoder.safetensors")

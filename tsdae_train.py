@@ -33,7 +33,7 @@ def pair_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argpar
     batch's tokens, so in a bucketed batch each sentence weighs about 1/B whatever its length. Only bucketing
     tokenises the whole corpus first (its lengths); plain batches need only the number of sentences."""
     dataset = tsdae.DenoisingDataset(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise,
-                               ratio=args.noise_ratio, seed=args.seed)
+                               ratio=args.noise_ratio, seed=args.seed, noise_once=args.noise_once)
     lengths = (data.token_lengths(encoder.tokenizer, sentences, encoder.max_length) if args.bucketing
                else len(sentences))
     return data.make_loader(dataset, lengths=lengths,
@@ -61,7 +61,12 @@ def make_parser() -> cli.ArgumentParser:
     p.add_argument("--pooling", default="cls", choices=["cls", "mean", "max"], help="sentence vector (app. A, tab. 7)")
     p.add_argument("--noise", default="delete", choices=sorted(tsdae.NOISE), help="noise type (app. A, tab. 5)")
     p.add_argument("--noise-ratio", type=float, default=0.6, help="probability a word is affected (app. A, tab. 6)")
+    p.add_argument("--noise-once", action="store_true",
+                   help="damage each sentence once: every epoch sees the same damaged version (LABS.md, lab 2)")
     p.add_argument("--untie", action="store_true", help="separate decoder weights (initialised from the same checkpoint)")
+    p.add_argument("--decoder-memory", default="vector", choices=["vector", "tokens"],
+                   help="what the decoder's cross-attention reads: the sentence vector (§3.2), or every token state "
+                        "of the damaged sentence, no bottleneck (LABS.md, lab 5; runs the plain path)")
     p.add_argument("--bucketing", action="store_true",
                    help="batches of similar length (less padding) instead of the reference's plain shuffled batches; "
                         "changes each sentence's weight in the token mean")
@@ -104,9 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     base_model = args.model or default_model_path()
     encoder = SentenceEncoder.from_pretrained(base_model, pooling=args.pooling, max_length=args.max_length)
-    plain = tsdae.TSDAELoss(encoder, tie=not args.untie, normalisation=args.loss_normalisation)
-    # the same parameters and numbers, computed faster
-    objective = plain if args.plain else fast.speed_up_tsdae(plain, device)
+    loss = tsdae.TokenMemoryTSDAELoss if args.decoder_memory == "tokens" else tsdae.TSDAELoss
+    plain = loss(encoder, tie=not args.untie, normalisation=args.loss_normalisation)
+    # the same parameters and numbers, computed faster (fast.PackedDecoder reads one vector per sentence)
+    objective = plain if args.plain or args.decoder_memory == "tokens" else fast.speed_up_tsdae(plain, device)
     heldout = None
     if kept_out:  # their damaged versions drawn once; only the main process evaluates: no distributed.py patch
         pairs = tsdae.DenoisingDataset(kept_out, encoder.tokenizer, encoder.max_length, noise=args.noise,
@@ -119,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     loader = pair_loader(sentences, encoder, args, device, rank, world)
     steps = args.steps or args.epochs * len(loader.batch_sampler)
     decoder = {"tie": not args.untie, "normalisation": args.loss_normalisation, "base_model": str(base_model),
-               "seed": args.seed, "noise": args.noise, "noise_ratio": args.noise_ratio, "corpus": str(args.corpus)}
+               "seed": args.seed, "noise": args.noise, "noise_ratio": args.noise_ratio, "corpus": str(args.corpus),
+               **({"memory": "tokens"} if args.decoder_memory == "tokens" else {})}
     settings = train.TrainSettings(
         out=out, steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every, resume=args.resume,
         micro_batch=args.micro_batch or 0, eval_every=args.eval_every, eval_fn=eval_fn, log_fn=log_fn, keep_best=eval_fn is not None,

@@ -1,0 +1,199 @@
+"""The options of LABS.md, each off by default: the masked token cutoff (lab 1), noise drawn once (lab 2), shared
+dropout masks (lab 3), SimCSE without dropout (lab 4), a decoder that reads the token states (lab 5)."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+import consert
+import consert_train
+import data
+import train
+import tsdae
+import tsdae_train
+from consert import ConSERTLoss, View
+from model import MultiHeadAttention, SentenceEncoder
+from weights import load_tokenizer
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+# ---------------------------------------------------------------- lab 1: token cutoff, masked
+
+
+def test_masked_token_cutoff_zeroes_and_masks_out_the_same_int_n_rate_tokens():
+    torch.manual_seed(1)
+    lengths = [12, 7, 3, 9, 1]
+    mask = (torch.arange(12)[None, :] < torch.tensor(lengths)[:, None]).long()  # (5, 12)
+    x = torch.randn(5, 12, 16)
+    for rate in (0.1, 0.3, 0.5, 0.9):
+        y, new_mask = consert.masked_token_cutoff(x, mask, rate)
+        cut = (mask == 1) & (new_mask == 0)  # (B, L)
+        assert ((new_mask == 1) <= (mask == 1)).all()  # only real tokens leave the mask
+        assert torch.equal((y == 0).all(-1), cut)  # the zeroed rows are exactly the masked-out ones
+        assert [int(c) for c in cut.sum(1)] == [int(n * rate) for n in lengths]
+        assert torch.equal(y[~cut], x[~cut])  # every other row untouched
+
+
+@pytest.mark.parametrize("path", ["plain", "fast"])
+def test_a_masked_cut_token_is_neither_attended_to_nor_pooled(tiny_model_dir, path):
+    """The view's vector of a sentence is that of the sentence without its cut tokens (the others keep their
+    positions); the official token_cutoff's is not."""
+    import fast
+
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean")
+    encoder = encoder if path == "plain" else fast.speed_up_encoder(encoder, torch.device("cpu"))
+    obj = ConSERTLoss(encoder, (View("none"), View("token_cutoff_masked", 0.4))).eval()
+    ids = torch.randint(1000, 2000, (2, 10))
+    mask = torch.ones(2, 10, dtype=torch.long)
+    mask[1, 6:] = 0
+    with torch.no_grad():
+        torch.manual_seed(6)
+        _, kept = consert.masked_token_cutoff(torch.zeros(2, 10, 1), mask, 0.4)
+        for name in ("token_cutoff_masked", "token_cutoff"):
+            torch.manual_seed(6)  # encode draws the same cut
+            z = obj.encode(ids, mask, View(name, 0.4))  # (2, d)
+            for b in range(2):
+                keep = kept[b].bool()
+                x = obj.encoder.bert.embed(ids[b : b + 1, keep], position_ids=keep.nonzero().T)
+                alone = obj.layers_and_pool(x, torch.ones(1, int(keep.sum()), dtype=torch.long))  # (1, d)
+                if name == "token_cutoff_masked":
+                    torch.testing.assert_close(z[b : b + 1], alone, atol=1e-5, rtol=1e-4)
+                else:
+                    assert (z[b] - alone[0]).abs().max() > 1e-3
+
+
+# ---------------------------------------------------------------- lab 2: TSDAE noise drawn once
+
+
+def test_noise_once_gives_every_epoch_the_same_damaged_sentence(minilm_path, sts_sentences):
+    tokenizer = load_tokenizer(Path(minilm_path))
+    once = tsdae.DenoisingDataset(sts_sentences, tokenizer, 75, seed=3, noise_once=True)
+    assert [once[(0, i)] for i in range(20)] == [once[(1, i)] for i in range(20)] == [once[(7, i)] for i in range(20)]
+    assert len({tuple(once[(0, i)][0]) for i in range(20)}) == 20  # still each sentence its own noise
+    fresh = tsdae.DenoisingDataset(sts_sentences, tokenizer, 75, seed=3)  # the default: new noise each epoch
+    assert [fresh[(0, i)][0] for i in range(20)] != [fresh[(1, i)][0] for i in range(20)]
+
+
+# ---------------------------------------------------------------- labs 3 and 4: SimCSE's dropout masks
+
+
+def with_dropout(model_dir, p: float = 0.1) -> SentenceEncoder:
+    encoder = SentenceEncoder.from_pretrained(model_dir, pooling="mean")  # the tiny model has dropout 0
+    for module in encoder.bert.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = p
+        if isinstance(module, MultiHeadAttention):
+            module.dropout_p = p
+    return encoder.train()
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_shared_dropout_makes_the_two_simcse_views_one_tensor(tiny_model_dir, small_corpus, shared, monkeypatch):
+    encoder = with_dropout(tiny_model_dir)
+    obj = ConSERTLoss(encoder, (View("simcse"), View("simcse")), shared_dropout=shared).train()
+    items = [consert.SentenceDataset(data.read_corpus(small_corpus), encoder.tokenizer, 64)[(0, i)] for i in range(8)]
+    batch = consert.collate_sentences(items)
+    seen = []
+    loss = obj.contrastive_loss
+    monkeypatch.setattr(obj, "contrastive_loss", lambda z1, z2, keys: seen.append((z1, z2)) or loss(z1, z2, keys))
+    obj(batch).backward()
+    (z1, z2), = seen
+    if shared:
+        assert z2 is z1  # one pass, the same dropout masks
+    else:
+        assert (z1 - z2).abs().max() > 1e-3  # two passes, two draws of the masks
+
+
+def test_shared_dropout_is_for_two_simcse_views_only(tiny_model_dir, capsys):
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
+    with pytest.raises(ValueError, match="simcse and simcse"):
+        ConSERTLoss(encoder, (View("simcse"), View("shuffle")), shared_dropout=True)
+    args = consert_train.parse_args(["--corpus", "x", "--view1", "simcse", "--view2", "simcse", "--shared-dropout"])
+    assert args.shared_dropout and consert_train.stages(args)[0].dropout
+    with pytest.raises(SystemExit):
+        consert_train.parse_args(["--corpus", "x", "--view1", "none", "--view2", "simcse", "--shared-dropout"])
+    assert "--shared-dropout needs the views simcse and simcse" in capsys.readouterr().err
+
+
+def test_simcse_without_dropout_is_two_none_views_with_the_dropout_off():
+    """Lab 4 needs no option: --view1 none --view2 none --encoder-dropout off is accepted (simcse with the dropout
+    off is refused: the simcse view is the dropout)."""
+    args = consert_train.parse_args(["--corpus", "x", "--view1", "none", "--view2", "none", "--encoder-dropout", "off"])
+    (stage,) = consert_train.stages(args)
+    assert [v.name for v in stage.views] == ["none", "none"] and not stage.dropout
+
+
+# ---------------------------------------------------------------- lab 5: the decoder reads the token states
+
+
+def test_a_token_memory_decoder_reads_every_real_token_state_and_no_padding(tiny_model_dir):
+    decoder = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(tiny_model_dir)).eval().decoder
+    torch.manual_seed(7)
+    ids, states = torch.randint(1000, 2000, (2, 8)), torch.randn(2, 6, 32)  # 8 decoder tokens, 6 encoder states
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[1, 4:] = 0  # sentence 1: 4 real tokens, then padding
+    padding_changed, real_changed = states.clone(), states.clone()
+    padding_changed[1, 4:] += 5.0
+    real_changed[:, 2] += 1.0
+    with torch.no_grad():
+        out = decoder(ids, None, token_states=states, token_mask=mask)  # (2, 8, d)
+        torch.testing.assert_close(decoder(ids, None, token_states=padding_changed, token_mask=mask), out)
+        moved = decoder(ids, None, token_states=real_changed, token_mask=mask) - out
+    assert moved.abs().amax(-1).min() > 1e-4  # every position of every sentence reads token 2
+
+
+def test_the_token_memory_loss_reads_the_states_the_vector_loss_never_sees(tiny_model_dir, small_corpus):
+    """With CLS pooling the vector loss ignores every encoder output but position 0 (test_tsdae.py); the token
+    memory loss reads them all, through a cross-attention memory of shape (B, Ld, d)."""
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="cls")
+    obj = tsdae.TokenMemoryTSDAELoss(encoder).eval()
+    ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), encoder.tokenizer, 64)
+    batch = tsdae.collate_pairs([ds[(0, i)] for i in range(4)])
+    memories = []
+    obj.decoder.layers[0].cross_attn.register_forward_pre_hook(
+        lambda module, args, kwargs: memories.append(kwargs["memory"].shape), with_kwargs=True)
+    losses = []
+    for scramble in (False, True):
+        def hook(module, inputs, output):
+            if scramble:
+                output = output.clone()
+                output[:, 1:] = torch.randn_like(output[:, 1:]) * 10
+            return output
+
+        handle = obj.encoder.bert.register_forward_hook(hook)  # its output: (B, L, d)
+        with torch.no_grad():
+            losses.append(obj(batch).item())
+        handle.remove()
+    assert memories[0] == (4, batch["damaged_ids"].shape[1], 32)
+    assert abs(losses[0] - losses[1]) > 1e-3
+    vector = tsdae.TSDAELoss(encoder).eval()
+    vector.decoder = obj.decoder  # the same weights, the memory of one vector
+    with torch.no_grad():
+        assert abs(vector(batch).item() - losses[0]) > 1e-4
+
+
+def test_the_lab_flags_train(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
+    """--decoder-memory tokens --noise-once: two steps on the plain path (fast.py's decoder reads one vector)."""
+    seen = {}
+    real_train = train.train
+
+    def spy(encoder, objective, loader, settings, device):
+        seen["objective"], seen["dataset"] = objective, loader.dataset
+        return real_train(encoder, objective, loader, settings, device)
+
+    monkeypatch.setattr(train, "train", spy)
+    tsdae_train.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
+                      "--steps", "2", "--batch-size", "4", "--save-every", "0", "--decoder-memory", "tokens",
+                      "--noise-once"])
+    assert type(seen["objective"]) is tsdae.TokenMemoryTSDAELoss
+    assert type(seen["objective"].decoder) is tsdae.TSDAEDecoder and seen["dataset"].noise_once
+    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert len(log) == 2 and all(torch.isfinite(torch.tensor(r["loss"])) for r in log)
+    with pytest.raises(data.UsageError, match="token states"):
+        tsdae.load_decoder(tmp_path)
