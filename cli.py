@@ -73,11 +73,11 @@ def add_selection_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup
     p.add_argument("--eval-data", default=None, help=f"evaluation data folder: evaluate --eval-task during training, "
                                                      f"keep the best encoder in OUT/best ({what})")
     p.add_argument("--eval-task", default=None,
-                   help="the dev score, a task with dev data of its own: stsb-dev (the default with --eval-data); "
-                        "useb-askubuntu, useb-cqadupstack, useb-scidocs on USEB's valid split (the TSDAE paper's "
-                        "point, §4); rerank:PATH, your own file; heldout-loss (the default with --heldout alone), "
-                        "heldout-uniformity: no labels needed. Test-only tasks (stsb, sickr, useb-twitterpara, ...) "
-                        "are refused")
+                   help="the dev score, a task with dev data of its own: stsb-dev; useb-askubuntu, useb-cqadupstack, "
+                        "useb-scidocs on USEB's valid split (the TSDAE paper's point, §4); rerank:PATH, your own file; "
+                        "heldout-loss, heldout-uniformity: no labels needed. Test-only tasks (stsb, sickr, "
+                        "useb-twitterpara, ...) are refused (default: stsb-dev with --eval-data, else heldout-loss "
+                        "with --heldout)")
     p.add_argument("--heldout", type=int, default=0, metavar="N",
                    help="keep N random lines of the data out of training; each evaluation logs the training loss on "
                         "them (noise, views and dropout fixed) and their uniformity, lower is better: a dev signal "
