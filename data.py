@@ -363,21 +363,26 @@ class BatchSampler:
 
     def batches(self, epoch: int) -> list[list[int]]:
         """Every (global) batch of the epoch, in order."""
+        return list(self.iter_batches(epoch))
+
+    def iter_batches(self, epoch: int, skip: int = 0) -> Iterator[list[int]]:
+        """The (global) batches of the epoch in order, from its `skip`-th on. Each is cut from the epoch's one
+        permutation when its turn comes: a corpus of any size costs one array of indices, not a list per batch.
+        The last batch runs to the end of the permutation: it is the short one, or the short one joined to the
+        one before (len: the steps of an epoch)."""
         rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(self.count)
-        if self.bucketing:
-            pool = self.batch_size * self.pool_batches
-            order = np.concatenate([
-                chunk[np.argsort(self.lengths[chunk], kind="stable")]
-                for chunk in np.array_split(order, range(pool, len(order), pool))
-            ])
-        batches = [order[i : i + self.batch_size].tolist() for i in range(0, len(order), self.batch_size)]
-        if len(batches) > 1 and len(batches[-1]) < self.world_size:  # too short to give every process a share:
-            last = batches.pop()
-            batches[-1] += last  # it joins the one before
-        if self.bucketing:
-            batches = [batches[i] for i in rng.permutation(len(batches))]
-        return batches
+        steps, size = len(self), self.batch_size
+        cut = lambda k: order[k * size : self.count if k == steps - 1 else (k + 1) * size].tolist()
+        if not self.bucketing:
+            yield from map(cut, range(skip, steps))
+            return
+        pool = size * self.pool_batches
+        order = np.concatenate([
+            chunk[np.argsort(self.lengths[chunk], kind="stable")]
+            for chunk in np.array_split(order, range(pool, len(order), pool))
+        ])
+        yield from map(cut, rng.permutation(steps)[skip:])  # the batches in a random order, not by length
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
         """Start `epoch`, skipping its first `skip` steps (what a resumed run has already done)."""
@@ -390,7 +395,7 @@ class BatchSampler:
         return steps - (steps > 1 and 0 < short < self.world_size)
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        for batch in self.batches(self.epoch)[self.skip :]:
+        for batch in self.iter_batches(self.epoch, self.skip):
             # the dataset gets the epoch too: fresh noise every epoch
             yield [(self.epoch, i) for i in batch[self.rank :: self.world_size]]
 
