@@ -15,6 +15,7 @@ methods, model.py, card.py, data.py, weights.py) know no command line.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 import shutil
@@ -96,8 +97,10 @@ def model_card(method: str, parser: argparse.ArgumentParser, args: argparse.Name
                  corpus=str(corpus or args.corpus), batch_size=args.batch_size, lr=lr, command=command_line(argv),
                  non_default_settings=non_default_settings(parser, args),
                  dev_metric=args.eval_task if evaluates(args) else None)
-    fixed["corpus_lines"], fixed["corpus_sha256"] = card.corpus_fingerprint(sentences)
-    return lambda state: card.ModelCard(**fixed, steps=state.step, dev_score=state.best)
+    # read through at the first save, not before the first step: a corpus of 10M lines takes about 20 s
+    fingerprint = functools.cache(
+        lambda: dict(zip(("corpus_lines", "corpus_sha256"), card.corpus_fingerprint(sentences))))
+    return lambda state: card.ModelCard(**fixed, **fingerprint(), steps=state.step, dev_score=state.best)
 
 
 def non_default_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, object]:
