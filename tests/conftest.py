@@ -88,6 +88,24 @@ def on_path(request):
     return convert
 
 
+def losses_with_scrambled_token_states(objective, batch: dict) -> list[float]:
+    """The objective's loss on `batch` as it is, then with every encoder output but position 0 replaced by noise
+    (B, L, d): what the decoder's memory reads of the token states shows in how the two differ."""
+    losses = []
+    for scramble in (False, True):
+        def hook(module, inputs, output):
+            if scramble:
+                output = output.clone()
+                output[:, 1:] = torch.randn_like(output[:, 1:]) * 10
+            return output
+
+        handle = objective.encoder.bert.register_forward_hook(hook)
+        with torch.no_grad():
+            losses.append(objective(batch).item())
+        handle.remove()
+    return losses
+
+
 # The quick loop for contributors (`python -m pytest -m quick`): a few fast tests of every module, about a minute on
 # 2 cores. The full suite stays CI's command.
 QUICK = {

@@ -13,6 +13,7 @@ import data
 import train
 import tsdae
 import tsdae_train
+from conftest import losses_with_scrambled_token_states
 from consert import ConSERTLoss, View
 from model import MultiHeadAttention, SentenceEncoder
 from weights import load_tokenizer
@@ -158,18 +159,7 @@ def test_the_token_memory_loss_reads_the_states_the_vector_loss_never_sees(tiny_
     memories = []
     obj.decoder.layers[0].cross_attn.register_forward_pre_hook(
         lambda module, args, kwargs: memories.append(kwargs["memory"].shape), with_kwargs=True)
-    losses = []
-    for scramble in (False, True):
-        def hook(module, inputs, output):
-            if scramble:
-                output = output.clone()
-                output[:, 1:] = torch.randn_like(output[:, 1:]) * 10
-            return output
-
-        handle = obj.encoder.bert.register_forward_hook(hook)  # its output: (B, L, d)
-        with torch.no_grad():
-            losses.append(obj(batch).item())
-        handle.remove()
+    losses = losses_with_scrambled_token_states(obj, batch)
     assert memories[0] == (4, batch["damaged_ids"].shape[1], 32)
     assert abs(losses[0] - losses[1]) > 1e-3
     vector = tsdae.TSDAELoss(encoder).eval()
