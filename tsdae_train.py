@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     sentences, kept_out = data.hold_out(sentences, args.heldout)  # --heldout N: a dev signal without labels
     rank, world = distributed.init()
     if args.micro_batch and world > 1:  # each process would all-reduce once per part, and their parts differ in number
-        raise data.UsageError("--micro-batch is not written for TSDAE under torchrun yet; use more processes instead")
+        raise data.UsageError("--micro-batch is not written for TSDAE under torchrun yet; more processes make each "
+                              "one's share of the batch smaller instead")
     torch.manual_seed(args.seed)
     base_model = args.model or default_model_path()
     encoder = SentenceEncoder.from_pretrained(base_model, pooling=args.pooling, max_length=args.max_length)
@@ -129,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                **({"memory": "tokens"} if args.decoder_memory == "tokens" else {})}
     settings = train.TrainSettings(
         out=out, steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every, resume=args.resume,
-        micro_batch=args.micro_batch or 0, eval_every=args.eval_every, eval_fn=eval_fn, log_fn=log_fn, keep_best=eval_fn is not None,
-        higher_is_better=evaluate.higher_is_better(args.eval_task), card=card,
+        micro_batch=args.micro_batch or 0, eval_every=args.eval_every, eval_fn=eval_fn, log_fn=log_fn,
+        keep_best=eval_fn is not None, higher_is_better=evaluate.higher_is_better(args.eval_task), card=card,
         save_with_model=lambda run: tsdae.save_decoder(plain, run / "decoder", decoder))  # for examples/reconstruct.py
     if rank == 0:
         print(f"TSDAE: {len(sentences)} sentences, {steps} steps of {args.batch_size} on {world} x {device}"
