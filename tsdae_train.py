@@ -1,7 +1,8 @@
 """TSDAE's experiment, around the method of tsdae.py: the batches, the command line and the run
 (`python tsdae.py` and `python tsdae_train.py` run it).
 
-  pair_loader    (damaged, original) pairs in the reference's plain shuffled batches (--bucketing: by length)
+  denoising_pairs, pair_loader
+                 (damaged, original) pairs in the reference's plain shuffled batches (--bucketing: by length)
   make_parser    every flag, with the paper's defaults (app. A, B)
   main           read the corpus, build the objective (fast.py's pieces unless --plain), run train.train
 """
@@ -26,14 +27,20 @@ from model import SentenceEncoder
 
 
 
+def denoising_pairs(sentences: Sequence[str], encoder: SentenceEncoder,
+                    args: argparse.Namespace) -> tsdae.DenoisingDataset:
+    """The (damaged, original) pairs of the sentences, damaged as the flags say (training's and the held-out's)."""
+    return tsdae.DenoisingDataset(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise,
+                                  ratio=args.noise_ratio, seed=args.seed, noise_once=args.noise_once)
+
+
 def pair_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
                 rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
     """(damaged, original) pairs in plain shuffled batches, as the reference's DataLoader(shuffle=True) gives them.
     With --bucketing, batches of similar original length: less work on padding, but the loss is a mean over the
     batch's tokens, so in a bucketed batch each sentence weighs about 1/B whatever its length. Only bucketing
     tokenises the whole corpus first (its lengths); plain batches need only the number of sentences."""
-    dataset = tsdae.DenoisingDataset(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise,
-                               ratio=args.noise_ratio, seed=args.seed, noise_once=args.noise_once)
+    dataset = denoising_pairs(sentences, encoder, args)
     lengths = (data.token_lengths(encoder.tokenizer, sentences, encoder.max_length) if args.bucketing
                else len(sentences))
     return data.make_loader(dataset, lengths=lengths,
@@ -116,10 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     objective = plain if args.plain or args.decoder_memory == "tokens" else fast.speed_up_tsdae(plain, device)
     heldout = None
     if kept_out:  # their damaged versions drawn once; only the main process evaluates: no distributed.py patch
-        pairs = tsdae.DenoisingDataset(kept_out, encoder.tokenizer, encoder.max_length, noise=args.noise,
-                                       ratio=args.noise_ratio, seed=args.seed)
-        batches = data.fixed_batches(pairs, collate=tsdae.collate_pairs, pad_id=encoder.bert.cfg.pad_token_id,
-                                     batch_size=args.batch_size, device=device)
+        batches = data.fixed_batches(denoising_pairs(kept_out, encoder, args), collate=tsdae.collate_pairs,
+                                     pad_id=encoder.bert.cfg.pad_token_id, batch_size=args.batch_size, device=device)
         heldout = evaluate.HeldOut(copy.copy(objective), batches, kept_out)
     eval_fn, log_fn = evaluate.training_evaluation(args, heldout)
     distributed.tsdae_over_global_batch(objective)  # under torchrun: the mean over every process's tokens
