@@ -124,14 +124,14 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
                     scaler.scale(part_loss).backward()
                     loss += part_loss.item()
                 distributed.sum_gradients(wrapped)  # under torchrun, where DDP did not
-                if settings.grad_clip:
+                record = {"loss": loss, "lr": optimizer.param_groups[0]["lr"]}
+                if settings.grad_clip:  # a gradient longer than grad_clip is rescaled to that length
                     scaler.unscale_(optimizer)
-                    nn.utils.clip_grad_norm_(objective.parameters(), settings.grad_clip)
+                    record["grad_norm"] = nn.utils.clip_grad_norm_(objective.parameters(), settings.grad_clip).item()
                 scaler.step(optimizer)
                 scaler.update()
                 state.step, state.step_in_epoch = state.step + 1, state.step_in_epoch + 1
-                record = {"step": state.step, "loss": loss, "lr": optimizer.param_groups[0]["lr"],
-                          **selection.after_step(state, ends_epoch, objective)}
+                record = {"step": state.step, **record, **selection.after_step(state, ends_epoch, objective)}
                 run.after_step(state, record)  # log.jsonl, and a checkpoint every save_every steps
                 shown.update(record, sentences=batch_size(batch), seconds=time.perf_counter() - t0)
                 stop.check()  # after Ctrl-C / SIGTERM: KeyboardInterrupt, now that the step is whole

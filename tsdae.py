@@ -239,6 +239,9 @@ class TSDAELoss(nn.Module):
         DenoisingAutoEncoderLoss; the default).
     normalisation="sentence": T = the batch's sentences: each sentence's log-likelihood summed over its
         tokens, averaged over sentences (the paper's objective, §3.1).
+    Both give every token of a batch the same weight: they differ by one factor per batch, its label tokens over
+    its sentences, and a gradient clipped to norm 1 (train.py) loses it: when every step is clipped, the two train
+    alike (LABS.md, lab 6).
     """
 
     def __init__(self, encoder: SentenceEncoder, tie: bool = True, normalisation: str = "tokens"):

@@ -81,7 +81,8 @@ def make_parser() -> cli.ArgumentParser:
                    help="forward and backward each batch N sentences at a time, each part weighted by its share of the "
                         "batch's tokens: the same loss and gradient in the memory of N sentences (one process only)")
     p.add_argument("--loss-normalisation", default="tokens", choices=["tokens", "sentence"],
-                   help="tokens: mean over the batch's tokens (reference code); sentence: per-sentence sum (paper §3.1)")
+                   help="tokens: mean over the batch's tokens (reference code); sentence: per-sentence sum (paper §3.1). "
+                        "One factor per batch apart: when every step is clipped to norm 1 they train alike (LABS.md, lab 6)")
     cli.add_run_arguments(p, out="runs/tsdae")
     cli.add_selection_arguments(p, eval_every=500, what="the paper selects none: app. B assumes no labelled data")
     p.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],

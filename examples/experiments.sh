@@ -1,13 +1,13 @@
 #!/bin/bash
 # Miniature experiments (CPU, 2 threads) reported in examples/EXPERIMENTS.md.
-# Usage: bash examples/experiments.sh [data|exp1|exp2|exp3|exp4|all]   (from the repository root)
+# Usage: bash examples/experiments.sh [data|exp1|exp2|exp3|exp4|results|topics|all]   (from the repository root)
 # Every run writes runs/<name>/ (git-ignored), its console output to runs/<name>.out and its wall
 # time in seconds to runs/<name>.time; every evaluation writes runs/eval_<name>.json.
 set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=2
-MINI=../shared/models/bert-mini-mlm
-DATA=../shared/data
+MINI=${MINI:-../shared/models/bert-mini-mlm}  # the raw masked-LM stand-in for bert-base (README, Results)
+DATA=${EVAL_DATA_DIR:-data}  # python evaluate.py --fetch-data data
 mkdir -p runs
 run() {  # run NAME COMMAND...: time one command, keep its output
     local name=$1; shift
@@ -30,15 +30,17 @@ data() {
     # the unlabelled STS sentences (STS12-16, STS-b, SICK): 89,192 lines, used whole (not deduplicated)
     python -c "import consert_train; open('runs/sts_sentences.txt','w').write('\n'.join(consert_train.sts_corpus('$DATA')))"
     # the target domain: unique sentences of the TwitterPara test sets (URL corpus cols 1-2, PIT test.data cols 3-4)
-    python - <<'PY'
+    DATA=$DATA python - <<'PY'
+import os
+data = os.environ["DATA"]
 seen, s = [], set()
 def add(x):
     x = x.strip()
     if x and x not in s: s.add(x); seen.append(x)
-for line in open('../shared/data/twitterpara/Twitter_URL_Corpus_test.txt', encoding='utf-8'):
+for line in open(f'{data}/twitterpara/Twitter_URL_Corpus_test.txt', encoding='utf-8'):
     if line.strip():
         f = line.rstrip('\n').split('\t'); add(f[0]); add(f[1])
-for line in open('../shared/data/twitterpara/test.data', encoding='utf-8'):
+for line in open(f'{data}/twitterpara/test.data', encoding='utf-8'):
     f = line.rstrip('\n').split('\t'); add(f[2]); add(f[3])
 open('runs/twitter_sentences.txt', 'w', encoding='utf-8').write('\n'.join(seen) + '\n')
 print(len(seen), 'twitter sentences')
@@ -111,6 +113,73 @@ exp4_views() {  # temperature 0.1
     consert_abl dropout_dropout --temperature 0.1 --view1 dropout --view2 dropout
 }
 
-all() { data; exp1; exp2; exp1b; exp3; exp4; }
+results() {  # the README's Results rows, seeds 0 1 2: the README's commands with --seed, then mean ± sd
+    for seed in 0 1 2; do
+        local c=consert-mini_seed$seed t=tsdae-mini_seed$seed
+        run $c python consert.py --model $MINI --sts-corpus $DATA --lr 2e-5 --temperature 0.05 --optimizer pytorch --steps 300 --eval-data $DATA --eval-every 50 --seed $seed --overwrite --out runs/$c
+        ev $c runs/$c/best stsb
+        ev $c-last2 runs/$c/best stsb --pooling last2-mean
+        run $t python tsdae.py --corpus runs/sts_sentences.txt --model $MINI --steps 516 --lr 1e-4 --seed $seed --overwrite --out runs/$t
+        ev $t runs/$t/model stsb
+    done
+    results_table
+}
+results_table() {  # the table of the README's Results rows, from the runs of `results`
+    python - <<'PY'
+import json, statistics
+from pathlib import Path
+
+def band(values):
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+print("| model | STS-b dev, seeds 0 1 2 | mean ± sd | STS-b test, seeds 0 1 2 | mean ± sd | train wall s |")
+print("| --- | --- | --- | --- | --- | --- |")
+ROWS = [("ConSERT, best dev", "eval_consert-mini_seed{}", "consert-mini_seed{}"),  # (row, its scores, its run)
+        ("same, last2-mean", "eval_consert-mini_seed{}-last2", "consert-mini_seed{}"),
+        ("TSDAE (CLS)", "eval_tsdae-mini_seed{}", "tsdae-mini_seed{}")]
+for name, scores_of, run_of in ROWS:
+    scores = [json.loads(Path(f"runs/{scores_of.format(s)}.json").read_text())["details"]["stsb"] for s in range(3)]
+    dev, test = [x["dev"] for x in scores], [x["test"] for x in scores]
+    wall = [float(Path(f"runs/{run_of.format(s)}.time").read_text()) for s in range(3)]
+    print(f"| {name} | {' / '.join(f'{x:.2f}' for x in dev)} | {band(dev)} | {' / '.join(f'{x:.2f}' for x in test)} | "
+          f"{band(test)} | {min(wall):.0f}-{max(wall):.0f} |")
+for s in range(3):  # the step of each best/ checkpoint: the best STS-b dev during training
+    log = [json.loads(line) for line in Path(f"runs/consert-mini_seed{s}/log.jsonl").read_text().splitlines()]
+    print(f"seed {s}: best/ is step", max((r for r in log if "eval" in r), key=lambda r: r["eval"])["step"])
+PY
+}
+
+topics() {  # the README's runs on examples/topics.txt (MiniLM), seeds 0 1 2: the README's commands with --seed
+    for seed in 0 1 2; do
+        local t=tsdae-topics_seed$seed c=consert-topics_seed$seed
+        run $t python tsdae.py --corpus examples/topics.txt --pooling mean --epochs 10 --seed $seed --overwrite --out runs/$t
+        run $c python consert.py --corpus examples/topics.txt --lr 2e-5 --temperature 0.05 --batch-size 32 --epochs 20 --optimizer pytorch --seed $seed --overwrite --out runs/$c
+        for n in $t $c; do
+            run neighbours_$n python examples/neighbours.py --model runs/$n/model --corpus examples/topics.txt --labels examples/topics_labels.txt
+            ev $n runs/$n/model stsb
+        done
+    done
+    topics_table
+}
+topics_table() {  # label agreement of the 3 nearest neighbours, STS-b test and the last loss of the runs of `topics`
+    python - <<'PY'
+import json, re, statistics
+from pathlib import Path
+
+def band(values):
+    return f"{' / '.join(f'{x:.2f}' for x in values)} ({statistics.mean(values):.2f} ± {statistics.stdev(values):.2f})"
+
+print("| run | neighbours on its topic, % | STS-b test | last loss | train wall s |\n| --- | --- | --- | --- | --- |")
+for run in ("tsdae-topics", "consert-topics"):
+    runs = [f"{run}_seed{s}" for s in range(3)]
+    agree = [float(re.search(r"label agreement .*: ([\d.]+)%", Path(f"runs/neighbours_{r}.out").read_text())[1]) for r in runs]
+    test = [json.loads(Path(f"runs/eval_{r}.json").read_text())["stsb"] for r in runs]
+    loss = [json.loads(Path(f"runs/{r}/log.jsonl").read_text().splitlines()[-1])["loss"] for r in runs]
+    wall = [float(Path(f"runs/{r}.time").read_text()) for r in runs]
+    print(f"| {run} | {band(agree)} | {band(test)} | {band(loss)} | {min(wall):.0f}-{max(wall):.0f} |")
+PY
+}
+
+all() { data; exp1; exp2; exp1b; exp3; exp4; results; topics; }
 # run the named steps in order (default: all), e.g. `bash examples/experiments.sh exp1_consert exp2_tsdae`
 for step in "${@:-all}"; do "$step"; done

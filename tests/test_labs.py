@@ -1,5 +1,7 @@
 """The options of LABS.md, each off by default: the masked token cutoff (lab 1), noise drawn once (lab 2), shared
-dropout masks (lab 3), SimCSE without dropout (lab 4), a decoder that reads the token states (lab 5)."""
+dropout masks (lab 3), SimCSE without dropout (lab 4), a decoder that reads the token states (lab 5); and lab 6's
+finding, that the two loss normalisations train alike when every step is clipped."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -187,3 +189,38 @@ def test_the_lab_flags_train(tiny_model_dir, small_corpus, tmp_path, monkeypatch
     assert len(log) == 2 and all(torch.isfinite(torch.tensor(r["loss"])) for r in log)
     with pytest.raises(data.UsageError, match="token states"):
         tsdae.load_decoder(tmp_path)
+
+
+# ---------------------------------------------------------------- lab 6: the two loss normalisations under clipping
+
+
+@pytest.mark.parametrize("clip", [True, False])
+def test_the_two_loss_normalisations_train_alike_when_every_step_is_clipped(tiny_model_dir, small_corpus, tmp_path,
+                                                                           monkeypatch, clip):
+    """LABS.md, lab 6: the token mean and the per-sentence sum divide the same sum, so they differ by one factor per
+    batch (its mean sentence length). A step clipped to norm 1 loses that factor: the runs are the same. Without
+    clipping AdamW sees it, and they are not. log.jsonl's grad_norm is the norm before clipping."""
+    real_train, objectives = train.train, {}
+
+    def with_clip(encoder, objective, loader, settings, device):
+        objectives[objective.normalisation] = objective
+        return real_train(encoder, objective, loader, dataclasses.replace(settings, grad_clip=1.0 if clip else None),
+                          device)
+
+    monkeypatch.setattr(train, "train", with_clip)
+    logs = {}
+    for normalisation in ("tokens", "sentence"):
+        tsdae_train.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path / normalisation),
+                          "--steps", "4", "--batch-size", "4", "--lr", "1e-3", "--save-every", "0",
+                          "--loss-normalisation", normalisation])
+        logs[normalisation] = [json.loads(line) for line in (tmp_path / normalisation / "log.jsonl").read_text().splitlines()]
+    factors = [s["loss"] / t["loss"] for t, s in zip(logs["tokens"], logs["sentence"])]
+    assert max(factors) - min(factors) > 0.2  # the batches' mean lengths differ: the factor is not one constant
+    tokens, sentence = (dict(objectives[n].named_parameters()) for n in ("tokens", "sentence"))
+    difference = max((tokens[k] - sentence[k]).abs().max().item() for k in tokens)
+    if clip:
+        assert all(r["grad_norm"] > 1 for n in logs for r in logs[n])  # every step was rescaled
+        assert difference < 1e-5
+    else:
+        assert not any("grad_norm" in r for r in logs["tokens"])
+        assert difference > 1e-4
