@@ -3,8 +3,8 @@
 # Usage: bash examples/labs.sh [--dry-run] [data|lab1|lab2|lab3|lab4|lab5|lab6|summary|all]...   (from the repository root)
 #   --dry-run   print the commands, run nothing
 # Each run writes runs/labs/<arm>_seed<S>/ (git-ignored), its console output to runs/labs/<arm>_seed<S>.out, its
-# wall seconds to runs/labs/<arm>_seed<S>.time, its STS-b scores to runs/labs/eval_<arm>_seed<S>.json (labs 3
-# and 4: alignment and uniformity to runs/labs/au_<arm>_seed<S>.json). An arm
+# wall seconds to runs/labs/<arm>_seed<S>.time and its scores (STS-b; labs 3 and 4 also alignment and uniformity)
+# to runs/labs/eval_<arm>_seed<S>.json. An arm
 # and seed whose scores exist already is skipped (delete runs/labs/ to start again): lab 3 and lab 4 share the
 # simcse arm, lab 5 and lab 6 the tsdae arm. 48 minutes on 2 cores.
 set -u
@@ -25,23 +25,13 @@ run() {  # run NAME COMMAND...: time one command, keep its output (--dry-run: pr
     python -c "print(round($e-$s,1))" > "$OUT/$name.time"
     echo "$name rc=$rc $(cat $OUT/$name.time)s" | tee -a $OUT/progress.log
 }
-arm() {  # arm NAME SCRIPT ARGS...: for each seed, train OUT/NAME_seedS from $MINI, then score its model on STS-b
-    local name=$1 script=$2; shift 2
+arm() {  # arm NAME SCRIPT ARGS...: for each seed, train OUT/NAME_seedS from $MINI, then score its model on $TASKS
+    local name=$1 script=$2 tasks=${TASKS:-stsb}; shift 2
     for seed in $SEEDS; do
         local n=${name}_seed$seed
         if [ $DRY = 0 ] && [ -f $OUT/eval_$n.json ]; then echo "$n: done already"; continue; fi
         run $n python $script --model $MINI --seed $seed --save-every 0 --overwrite --out $OUT/$n "$@"
-        run eval_$n python evaluate.py --model $OUT/$n/model --tasks stsb --data-dir $DATA --json $OUT/eval_$n.json
-    done
-}
-au() {  # au NAME...: each seed's model of these arms, its alignment and uniformity (SimCSE's two halves)
-    local name seed
-    for name in "$@"; do
-        for seed in $SEEDS; do
-            local n=${name}_seed$seed
-            if [ $DRY = 0 ] && [ -f $OUT/au_$n.json ]; then continue; fi
-            run au_$n python evaluate.py --model $OUT/$n/model --tasks align-uniform --data-dir $DATA --json $OUT/au_$n.json
-        done
+        run eval_$n python evaluate.py --model $OUT/$n/model --tasks $tasks --data-dir $DATA --json $OUT/eval_$n.json
     done
 }
 
@@ -49,6 +39,7 @@ au() {  # au NAME...: each seed's model of these arms, its alignment and uniform
 TSDAE="--corpus runs/sts_sentences.txt --lr 1e-4"
 CONSERT="--corpus runs/sts_sentences.txt --steps 100 --batch-size 96 --lr 2e-5 --optimizer pytorch --temperature 0.05"
 SIMCSE="--corpus runs/sts_sentences.txt --steps 100 --batch-size 64 --lr 3e-5 --optimizer pytorch --temperature 0.05"
+HALVES=stsb,align-uniform  # labs 3 and 4: STS-b, and SimCSE's two halves (alignment, uniformity)
 
 data() {  # the STS sentences (89,192 lines), and 600 of them for lab 2 (every 148th)
     run sts_sentences python -c "import consert_train; open('runs/sts_sentences.txt','w').write('\n'.join(consert_train.sts_corpus('$DATA')))"
@@ -63,14 +54,12 @@ lab2() {  # TSDAE noise drawn every epoch (default) or once: 8 epochs over 400 s
     arm lab2_once tsdae.py --corpus runs/sts_600.txt --heldout 200 --steps 400 --lr 1e-4 --noise-once
 }
 lab3() {  # SimCSE: two dropout masks (default) or one shared
-    arm simcse consert.py $SIMCSE --view1 simcse --view2 simcse
-    arm lab3_shared consert.py $SIMCSE --view1 simcse --view2 simcse --shared-dropout
-    au simcse lab3_shared
+    TASKS=$HALVES arm simcse consert.py $SIMCSE --view1 simcse --view2 simcse
+    TASKS=$HALVES arm lab3_shared consert.py $SIMCSE --view1 simcse --view2 simcse --shared-dropout
 }
 lab4() {  # SimCSE without dropout: two identical passes (its baseline is lab 3's simcse arm)
-    arm simcse consert.py $SIMCSE --view1 simcse --view2 simcse
-    arm lab4_no_dropout consert.py $SIMCSE --view1 none --view2 none --encoder-dropout off
-    au simcse lab4_no_dropout
+    TASKS=$HALVES arm simcse consert.py $SIMCSE --view1 simcse --view2 simcse
+    TASKS=$HALVES arm lab4_no_dropout consert.py $SIMCSE --view1 none --view2 none --encoder-dropout off
 }
 lab5() {  # TSDAE's decoder reads the sentence vector (§3.2, the default) or every token state, 300 and 1000 steps
     arm tsdae300 tsdae.py $TSDAE --steps 300
@@ -110,7 +99,7 @@ def heldout_loss(run):  # the last held-out loss (--heldout)
 
 def align_uniform(metric):  # alignment or uniformity on the STS benchmark (evaluate.py --tasks align-uniform)
     def read(run):
-        path = out / f"au_{run}.json"
+        path = out / f"eval_{run}.json"
         return json.loads(path.read_text())["details"]["align-uniform"][metric] if path.exists() else None
     return read
 
