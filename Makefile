@@ -1,6 +1,6 @@
 # Two commands from a fresh clone (README, Setup):
 #   make demo    install what running needs, then train TSDAE on examples/topics.txt and show its neighbours
-#   make test    install the tests' oracles too, then run the whole suite (CI: .ci/run)
+#   make test    install the tests' oracles and the linter too, then ruff check and the whole suite (CI: .ci/run)
 #   make quick   the same installs, then the contributors' quick loop (pytest -m quick)
 PYTHON ?= python
 PIP = $(PYTHON) -m pip install --quiet
@@ -31,6 +31,7 @@ demo: install
 	    --labels examples/topics_labels.txt
 
 test: install-dev
+	$(PYTHON) -m ruff check .
 	$(TEST_ENV) $(PYTHON) -m pytest -q
 
 quick: install-dev

@@ -13,13 +13,14 @@ Read top to bottom:
   2. the contrastive loss (§3.2)       nt_xent
   3. the objective (§3.2, §3.4)        ConSERTLoss: encode view 1, encode view 2, NT-Xent (+ NLI classifier)
   4. its batches                       SentenceDataset, NLIDataset, their collate functions, sentence_keys
-The experiment (the official settings of each strategy, stage by stage, the command line) is consert_train.py;
-`python consert.py` runs it.
+The experiment (the official settings of each strategy, stage by stage, the command line) is consert_train.py:
+`python consert.py` runs that file as the script (which imports this one).
 """
 from __future__ import annotations
 
+import runpy
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
@@ -45,7 +46,6 @@ VIEW_NAMES = (
     "none",            # unaugmented
     "shuffle",         # token shuffle: the position ids of the real tokens permuted
     "token_cutoff",    # whole token rows of the embedding output zeroed
-    "token_cutoff_masked",  # the same rows zeroed and also masked out of attention and pooling (LABS.md, lab 1)
     "feature_cutoff",  # whole feature columns of the embedding output zeroed
     "span",            # one contiguous span kept, the rest masked out
     "dropout",         # random entries of the embedding output zeroed
@@ -54,10 +54,10 @@ VIEW_NAMES = (
 )
 
 
-def check_views(views: tuple[View, View]) -> None:
+def check_views(views: tuple[View, View], names: Sequence[str] = VIEW_NAMES) -> None:
     """The one rule on a pair of views: at most one is adversarial (both would be the same perturbation)."""
-    if any(view.name not in VIEW_NAMES for view in views):
-        raise ValueError(f"unknown view in {[view.name for view in views]}; choose from {', '.join(VIEW_NAMES)}")
+    if any(view.name not in names for view in views):
+        raise ValueError(f"unknown view in {[view.name for view in views]}; choose from {', '.join(names)}")
     if [view.name for view in views] == ["adversarial", "adversarial"]:
         raise ValueError("only one view can be adversarial: both would be the same perturbation")
 
@@ -89,18 +89,6 @@ def token_cutoff(x: torch.Tensor, attention_mask: torch.Tensor, rate: float) -> 
     counts = (real.sum(1).double() * rate).long()  # (B,) int(n * rate), in double precision like Python's
     cut = random_subset(real, counts)  # (B, L)
     return x.masked_fill(cut[:, :, None], 0.0)
-
-
-def masked_token_cutoff(x: torch.Tensor, attention_mask: torch.Tensor,
-                        rate: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The "token_cutoff_masked" view (LABS.md, lab 1): token_cutoff's int(n * rate) rows zeroed AND taken out of
-    the attention mask, so no token attends to a cut one and pooling skips it, as if it were padding. The
-    official token_cutoff keeps them attended to as zero vectors (its author confirms it: yym6472/ConSERT issue #7).
-    Returns x (B, L, d) and the new attention mask (B, L); rate < 1 leaves every sentence a token."""
-    real = attention_mask.bool()  # (B, L)
-    counts = (real.sum(1).double() * rate).long()  # (B,) int(n * rate), as token_cutoff
-    cut = random_subset(real, counts)  # (B, L)
-    return x.masked_fill(cut[:, :, None], 0.0), attention_mask.masked_fill(cut, 0)
 
 
 # Exercise 6 (ASSIGNMENTS.md)
@@ -141,8 +129,6 @@ def augment(x: torch.Tensor, attention_mask: torch.Tensor, view: View) -> tuple[
     position ids; none, simcse and adversarial change nothing here)."""
     if view.name == "token_cutoff":
         return token_cutoff(x, attention_mask, view.rate), attention_mask
-    if view.name == "token_cutoff_masked":
-        return masked_token_cutoff(x, attention_mask, view.rate)
     if view.name == "feature_cutoff":
         return feature_cutoff(x, attention_mask, view.rate), attention_mask
     if view.name == "dropout":
@@ -222,6 +208,11 @@ class UnaugmentedPass:
     attention_mask: torch.Tensor  # (B, L)
 
 
+def own_rows(x: torch.Tensor) -> torch.Tensor:
+    """The rows of this batch, as they are: what one process contrasts."""
+    return x
+
+
 class ConSERTLoss(nn.Module):
     """Encoder (+ NLI classifier); forward(batch) -> the loss of one batch.
 
@@ -233,25 +224,24 @@ class ConSERTLoss(nn.Module):
 
     cl_weight: the official code multiplies the contrastive loss by cl_rate = 0.15 in every setting, also
     when it is the only loss; with AdamW a constant factor then matters only through gradient clipping.
-    shared_dropout (LABS.md, lab 3; needs the views simcse and simcse): ONE encoder pass, whose vectors are both
-    views, z2 = z1: the same dropout masks for the two copies of a sentence (SimCSE's "fixed 0.1", Gao et al.
-    2021 §3, tab. 3). The positive pair is then identical, sim(k, p(k)) = 1 / temperature whatever the encoder
-    does, and NT-Xent can only push the negatives apart.
+    gather(x): the rows of x (this batch's vectors, keys, logits) that the losses compare: x itself (own_rows).
+    Under torchrun the experiment gives lib.distributed.gather_with_local_grad: every process's rows, so the
+    negatives are the whole batch's and N processes compute the loss of the whole batch.
     """
+
+    view_names = VIEW_NAMES  # the views this objective knows how to make (encode)
 
     def __init__(self, encoder: SentenceEncoder, views: tuple[View, View], temperature: float = 0.1,
                  cl_weight: float = 0.15, adv_norm: float = 1.0, nli_classes: int = 0, joint: bool = False,
-                 nli_features: str = NLI_FEATURES[0], shared_dropout: bool = False):
+                 nli_features: str = NLI_FEATURES[0], gather: Callable[[torch.Tensor], torch.Tensor] = own_rows):
         super().__init__()
-        check_views(views)
-        if shared_dropout and [view.name for view in views] != ["simcse", "simcse"]:
-            raise ValueError("shared dropout masks are for the views simcse and simcse")
+        check_views(views, self.view_names)
         view1, view2 = views
         if view1.name == "adversarial":  # NT-Xent treats its views alike; the adversarial one needs the other first
             view1, view2 = view2, view1
         self.encoder, self.views = encoder, (view1, view2)
         self.temperature, self.cl_weight, self.adv_norm, self.joint = temperature, cl_weight, adv_norm, joint
-        self.nli_feature_kind, self.shared_dropout = nli_features, shared_dropout
+        self.nli_feature_kind, self.gather = nli_features, gather
         width = (4 if nli_features == NLI_FEATURES[0] else 3) * encoder.bert.cfg.hidden_size
         self.classifier = nn.Linear(width, nli_classes) if nli_classes else None
 
@@ -278,34 +268,42 @@ class ConSERTLoss(nn.Module):
 
     def contrastive(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, keys: torch.Tensor,
                     unaugmented: UnaugmentedPass | None = None, attacked: torch.Tensor | None = None) -> torch.Tensor:
-        """NT-Xent between two views of these sentences (§3.2). An unaugmented pass already made (the supervised
-        loss needs one) serves as a "none" / "simcse" view, as in the official code. The adversarial view attacks
-        `attacked` (the supervised loss, §3.3); without labels, the NT-Xent between the unaugmented pass and
-        view 1 (this project's extension)."""
-        def vectors(view: View) -> torch.Tensor:
-            if unaugmented is not None and view.name in ("none", "simcse"):
-                return unaugmented.z
-            return self.encode(input_ids, attention_mask, view)
-
+        """Two views of these sentences, then NT-Xent between them (§3.2). `unaugmented`: a pass already made (the
+        supervised loss needs one); `attacked`: the loss the adversarial view attacks (the supervised loss, §3.3)."""
         view1, view2 = self.views
-        if view2.name == "adversarial" and unaugmented is None:  # the pass that the attack perturbs
+        if view2.name == "adversarial" and unaugmented is None:  # the pass that the attack perturbs, made first
             unaugmented = self.unaugmented(input_ids, attention_mask)
-        z1 = vectors(view1)  # (B, d)
-        if self.shared_dropout:  # lab 3: the second copy IS the first pass, the same dropout masks
-            return self.contrastive_loss(z1, z1, keys)
-        if view2.name != "adversarial":
-            return self.contrastive_loss(z1, vectors(view2), keys)
+        z1 = self.vectors(input_ids, attention_mask, view1, unaugmented)  # (B, d)
+        if view2.name == "adversarial":
+            z2 = self.attack(unaugmented, z1, keys, attacked)  # (B, d)
+        else:
+            z2 = self.vectors(input_ids, attention_mask, view2, unaugmented)  # (B, d)
+        return self.contrastive_loss(z1, z2, keys)
+
+    def vectors(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, view: View,
+                unaugmented: UnaugmentedPass | None) -> torch.Tensor:
+        """The vectors of one view (B, d). An unaugmented pass already made serves as a "none" / "simcse" view, as
+        in the official code."""
+        if unaugmented is not None and view.name in ("none", "simcse"):
+            return unaugmented.z
+        return self.encode(input_ids, attention_mask, view)
+
+    def attack(self, unaugmented: UnaugmentedPass, z1: torch.Tensor, keys: torch.Tensor,
+               attacked: torch.Tensor | None) -> torch.Tensor:
+        """The adversarial view (B, d): the unaugmented pass moved uphill on `attacked`; without labels, on the
+        NT-Xent between the unaugmented pass and view 1 (this project's extension)."""
         if attacked is None:
             attacked = self.contrastive_loss(unaugmented.z, z1, keys)
-        return self.contrastive_loss(z1, self.adversarial(unaugmented, attacked), keys)
+        return self.adversarial(unaugmented, attacked)
 
     def contrastive_loss(self, z1: torch.Tensor, z2: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """NT-Xent over this batch's sentences (under torchrun, distributed.py adds the other processes')."""
+        """NT-Xent over the rows that `gather` gives: this batch's sentences, or under torchrun every process's."""
+        z1, z2, keys = self.gather(z1), self.gather(z2), self.gather(keys)  # (N, d), (N, d), (N,)
         return nt_xent(z1, z2, self.temperature, same=keys[:, None] == keys[None, :])
 
     def supervised_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Softmax cross-entropy of the NLI classifier, the mean over the batch's pairs (§3.4)."""
-        return F.cross_entropy(logits.float(), labels)
+        """Softmax cross-entropy of the NLI classifier, the mean over the pairs that `gather` gives (§3.4)."""
+        return F.cross_entropy(self.gather(logits).float(), self.gather(labels))
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if "labels" not in batch:  # unlabelled sentences
@@ -329,7 +327,6 @@ class ConSERTLoss(nn.Module):
 # 4. The batches the objective reads: unlabelled sentences, or NLI pairs (§3.4), with keys for their copies.
 # An item is built from its key (epoch, index) (data.BatchSampler); the collate function pads a batch of items.
 
-NLI_LABELS = {"contradiction": 0, "entailment": 1, "neutral": 2}  # the label ids of the official ConSERT code
 
 
 class SentenceDataset(torch.utils.data.Dataset):
@@ -357,7 +354,7 @@ def collate_sentences(items: list[list[int]], pad_id: int = 0, multiple: int = 1
 
 
 class NLIDataset(torch.utils.data.Dataset):
-    """Item (epoch, i) -> (premise ids, hypothesis ids, label id) of pair i (consert_train.read_nli's pairs)."""
+    """Item (epoch, i) -> (premise ids, hypothesis ids, label id) of pair i (lib.datafiles.read_nli's pairs)."""
 
     def __init__(self, pairs: list[tuple[str, str, int]], tokenizer: Tokenizer, max_length: int):
         self.pairs, self.tokenizer, self.max_length = pairs, tokenizer, max_length
@@ -382,6 +379,4 @@ def collate_nli(items: list[tuple[list[int], list[int], int]], pad_id: int = 0,
 
 
 if __name__ == "__main__":  # python consert.py --corpus ...: the experiment around this method, consert_train.py
-    import cli
-    import consert_train
-    cli.run(consert_train.main)
+    runpy.run_module("consert_train", run_name="__main__")  # as `python consert_train.py`, sys.argv as it is

@@ -4,16 +4,13 @@ stage, and the command line (`python consert.py` and `python consert_train.py` r
   OFFICIAL, stages     the official scripts' settings (yym6472/ConSERT), with the command line's instead
   official_lr_factor, OfficialAdamW   the official code's warm-up and AdamW (--optimizer official)
   make_parser          every flag
-  read_nli, sts_corpus the inputs: NLI pairs (.jsonl or SICK), the official unsupervised set (STS12-16, STS-b, SICK)
-  stage_loader         the batches of one stage (consert.py's data sets over data.make_loader)
-  run_stage            one stage = one call of train.train: the encoder, the objective, the batches, the settings
-  main                 read the inputs, then run the strategy's stages
+  main                 read the inputs (lib/datafiles.py: NLI pairs, the official STS sentences), run the stages
+  run_stage            one stage = one call of train.train, as a short list of the steps below
+  build_encoder, build_objective, stage_loader, held_out_signals, stage_settings
 """
 from __future__ import annotations
 
 import argparse
-import copy
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,18 +18,21 @@ from typing import Callable, Sequence
 
 import torch
 
-import cli
 import data
-import distributed
 import evaluate
-import fast
-import gradcache
 import train
-from weights import default_model_path
-from consert import (NLI_FEATURES, NLI_LABELS, VIEW_NAMES, ConSERTLoss, NLIDataset, SentenceDataset, View, check_views,
-                     collate_nli, collate_sentences, switch_off_dropout)
-from data import STS_SUBSETS, CorpusError, load_sick, load_stsb, read_corpus, read_lines
+from consert import (NLI_FEATURES, ConSERTLoss, NLIDataset, SentenceDataset, View, check_views, collate_nli,
+                     collate_sentences, own_rows, switch_off_dropout)
+from labs.masked_cutoff import MaskedCutoffConSERTLoss
+from labs.shared_dropout import SharedDropoutConSERTLoss
+from lib import cli, distributed
+from lib.corpus import hold_out, open_corpus
+from lib.datafiles import NLI_LABELS, read_nli, sts_corpus
+from lib.weights import default_model_path
 from model import SentenceEncoder
+from speedups import fast, gradcache
+
+VIEW_CHOICES = MaskedCutoffConSERTLoss.view_names  # consert.VIEW_NAMES and LABS.md lab 1's token_cutoff_masked
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def make_parser() -> cli.ArgumentParser:
                           ("nli-", "the NLI stage (sup, joint, and stage 1 of sup-unsup / joint-unsup)")):
         group = p.add_argument_group(title)
         for i in (1, 2):
-            group.add_argument(f"--{prefix}view{i}", choices=VIEW_NAMES, help=f"view {i} (default: the official)")
+            group.add_argument(f"--{prefix}view{i}", choices=VIEW_CHOICES, help=f"view {i} (default: the official)")
             group.add_argument(f"--{prefix}rate{i}", type=float,
                                help=f"cutoff / span / dropout rate of view {i} (default: the official, else 0.2)")
         group.add_argument(f"--{prefix}lr", type=float, help="AdamW learning rate (default: the official)")
@@ -183,12 +183,13 @@ def make_parser() -> cli.ArgumentParser:
     both.add_argument("--micro-batch", type=int, metavar="N",
                       help="encode each batch N sentences at a time with the cached gradient (Gao et al. 2021): the "
                            "whole batch's loss and exact gradient in the encoder memory of N; the dropout and views "
-                           "are drawn per chunk (gradcache.py). Not with the adversarial view")
+                           "are drawn per chunk (speedups/gradcache.py). Not with the adversarial view")
     both.add_argument("--shared-dropout", action="store_true",
                       help="with the views simcse and simcse: one encoder pass is both views, the same dropout masks "
                            "for the two copies (SimCSE's \"fixed 0.1\"; LABS.md, lab 3)")
     both.add_argument("--local-negatives", action="store_true",
-                      help="under torchrun: contrast each process's share of the batch only (default: all processes')")
+                      help="under torchrun: each process contrasts its own share of the batch as a batch of its own, "
+                           "and DDP sums their gradients (default: every process's sentences are the negatives)")
     cli.add_run_arguments(both, out="runs/consert")
     ev = p.add_argument_group("model selection (contrastive training degrades late: keep the best dev checkpoint)")
     cli.add_selection_arguments(ev, eval_every=200, what="official: stsb-dev, every 200 steps")
@@ -212,7 +213,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         ratios=("rate1", "rate2", "nli_rate1", "nli_rate2"), not_negative=("patience", "nli_patience"))
     for stage in stages(args):
         try:
-            check_views(stage.views)
+            check_views(stage.views, VIEW_CHOICES)
         except ValueError as e:
             p.error(str(e))
         if not stage.dropout and "simcse" in [view.name for view in stage.views]:
@@ -222,6 +223,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if args.micro_batch and "adversarial" in [view.name for view in stage.views] and stage.kind != "sup":
             p.error("--micro-batch cannot take the adversarial view: its perturbation is a gradient through the "
                     "whole batch's loss, inside the forward pass")
+        if args.micro_batch and objective_class(stage, args) is not ConSERTLoss:
+            p.error("--micro-batch chunks ConSERT's own objective, not a lab's (--shared-dropout, token_cutoff_masked)")
     cli.check_selection(p, args)
     if args.max_length < 1:
         p.error(f"--max-length must be at least 1 (got {args.max_length})")
@@ -229,89 +232,94 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # ----------------------------------------------------------------------------
-# The experiment's inputs: NLI pairs, and the official unsupervised set (the STS sentences)
+# The run: the strategy's stages, each a call of train.train
 
 
-def read_nli(path: str | Path, bad_bytes: str = "error") -> list[tuple[str, str, int]]:
-    """(premise, hypothesis, label id) pairs from
-      - JSON lines with "premise", "hypothesis", "label" (SNLI's own "sentence1", "sentence2", "gold_label" too), or
-      - a SICK file: tab-separated, a header naming sentence_A, sentence_B and entailment_judgment
-        (the SemEval splits) or entailment_label (SICK.txt).
-    Labels are entailment / neutral / contradiction, any case; pairs labelled "-" (no consensus) are skipped."""
-    read_corpus(path, bad_bytes)  # the checks every input file gets: exists, text, UTF-8, not empty
-    path = Path(path)
-    lines = []  # (line number, text); read again because read_corpus folds the tabs SICK needs
-    for n, raw in enumerate(path.read_bytes().splitlines(), start=1):
-        try:
-            lines.append((n, raw.decode("utf-8")))
-        except UnicodeDecodeError:  # read_corpus has already stopped on these unless told to skip/replace
-            if bad_bytes == "replace":
-                lines.append((n, raw.decode("utf-8", errors="replace")))
-    lines = [(n, text) for n, text in lines if text.strip()]
-    rows = _nli_json_rows(path, lines) if lines[0][1].lstrip().startswith("{") else _nli_tsv_rows(path, lines)
-    pairs = []
-    for n, premise, hypothesis, label in rows:
-        label = str(label).strip().lower()
-        if label == "-":
-            continue
-        if label not in NLI_LABELS:
-            raise CorpusError(f"{path} line {n}: label '{label}' is not entailment, neutral or contradiction")
-        pairs.append((premise, hypothesis, NLI_LABELS[label]))
-    if not pairs:
-        raise CorpusError(f"{path} has no labelled NLI pairs")
-    return pairs
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    plan = stages(args)  # e.g. joint-unsup: joint on NLI, then contrastive on the corpus
+    # read every input first: bad input stops the run before any model is loaded or any file is written
+    nli = read_nli(args.nli, args.bad_lines) if plan[0].kind != "unsup" else None
+    corpus = None
+    if plan[-1].kind == "unsup":
+        corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else open_corpus(args.corpus, args.bad_lines)
+    device = cli.device(args.device)
+    evaluate.check_dev_task(args.eval_task, args.eval_data)
+    cli.check_out_folder(out, args.resume, args.overwrite)
+    rank, world = distributed.init()  # once, for every stage
+    torch.manual_seed(args.seed)
+    model_dir = args.model or default_model_path()
+    folders = [out / "stage1", out] if len(plan) == 2 else [out]
+    for stage, folder in zip(plan, folders):
+        if folder != out and train.finished(folder):
+            print(f"stage 1 ({stage.kind}) already finished in {folder}; continuing with stage 2")
+        else:
+            resume = args.resume and (folder / "checkpoint").exists()
+            run_stage(stage, model_dir, folder, resume, corpus if stage.kind == "unsup" else nli, args, device, argv,
+                      rank, world)
+        model_dir = folder / "best" if (folder / "best").exists() else folder / "model"
+    if rank == 0:
+        print(f"done: encoder saved to {out / 'model'} (mean pooling)")
+    return 0
 
 
-def _nli_json_rows(path: Path, lines: list[tuple[int, str]]) -> list[tuple[int, str, str, str]]:
-    rows = []
-    for n, text in lines:
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError:
-            raise CorpusError(f"{path} line {n} is not valid JSON") from None
-        row = [obj.get(a, obj.get(b)) if isinstance(obj, dict) else None
-               for a, b in (("premise", "sentence1"), ("hypothesis", "sentence2"), ("label", "gold_label"))]
-        if any(not isinstance(x, str) for x in row):
-            raise CorpusError(f'{path} line {n}: expected string fields "premise", "hypothesis" and "label"')
-        rows.append((n, *row))
-    return rows
+def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inputs: Sequence, args: argparse.Namespace,
+              device: torch.device, argv: list[str] | None = None, rank: int = 0, world: int = 1) -> None:
+    """One call of the shared training loop, as process `rank` of `world` (distributed.init, called by main)."""
+    encoder = build_encoder(stage, model_dir, args)
+    objective = build_objective(stage, encoder, args, device, world)
+    trained, kept_out = hold_out(inputs, args.heldout)  # --heldout N: a dev signal without labels
+    loader = stage_loader(stage, trained, encoder, args, device, rank, world)
+    heldout = held_out_signals(stage, kept_out, objective, args, device)
+    settings = stage_settings(stage, out, resume, args, argv, inputs, heldout,
+                              steps=stage.steps or stage.epochs * len(loader.batch_sampler))
+    if rank == 0:
+        what = "sentences" if stage.kind == "unsup" else "NLI pairs"
+        views = " + ".join(f"{v.name} {v.rate:g}" if v.rate else v.name for v in stage.views)
+        print(f"ConSERT {stage.kind}: {len(trained)} {what}, {settings.steps} steps of {args.batch_size} at lr "
+              f"{stage.lr:g}{f', views {views}' if stage.kind != 'sup' else ''}, encoder dropout "
+              f"{'on' if stage.dropout else 'off'}, on {world} x {device}{' (plain path)' if args.plain else ''}; "
+              f"saving to {out}")
+    state = train.train(encoder, objective, loader, settings, device)
+    if state.best is not None and rank == 0:
+        print(f"best {args.eval_task} {state.best:.4g}: encoder saved to {out / 'best'}")
 
 
-def _nli_tsv_rows(path: Path, lines: list[tuple[int, str]]) -> list[tuple[int, str, str, str]]:
-    header = lines[0][1].split("\t")
-    label_column = next((c for c in ("entailment_judgment", "entailment_label") if c in header), None)
-    if "sentence_A" not in header or "sentence_B" not in header or label_column is None:
-        raise CorpusError(f"{path}: not an NLI file: give JSON lines with premise/hypothesis/label, or a SICK "
-                          "file whose header has sentence_A, sentence_B and entailment_judgment")
-    columns = [header.index(c) for c in ("sentence_A", "sentence_B", label_column)]
-    rows = []
-    for n, text in lines[1:]:
-        fields = text.split("\t")
-        if len(fields) <= max(columns):
-            raise CorpusError(f"{path} line {n} has {len(fields)} tab-separated fields, the header {len(header)}")
-        rows.append((n, *(fields[c] for c in columns)))
-    return rows
+def build_encoder(stage: Stage, model_dir: str | Path, args: argparse.Namespace) -> SentenceEncoder:
+    """The encoder of this stage, mean-pooled as the official training pools, its own dropout on or off."""
+    # the official code's tokens per sentence: min(n, --max-length) + 3, of which 2 special (Transformer.py)
+    encoder = SentenceEncoder.from_pretrained(model_dir, pooling="mean", max_length=args.max_length + 3)
+    encoder.bert.mlm_head = None  # a checkpoint's masked-LM head is not used here (and DDP wants no idle weights)
+    if not stage.dropout:
+        switch_off_dropout(encoder)
+    return encoder
 
 
-def sts_corpus(data_dir: str | Path) -> list[str]:
-    """ConSERT's official unsupervised training set (arXiv:2105.11741 §4.1): every sentence of the STS12-16
-    inputs (scored or not), of the STS benchmark train/dev/test (the SentEval copies the official code reads)
-    and of SICK train/trial/test, duplicates kept. No label is read. The official count is 89,192."""
-    data_dir = Path(data_dir)
-    sts = [data_dir / year / f"STS.input.{subset}.txt" for year, subsets in STS_SUBSETS.items() for subset in subsets]
-    stsb = [data_dir / "stsbenchmark" / "senteval" / f"sts-{split}.csv" for split in ("train", "dev", "test")]
-    sick = [data_dir / "sick" / f"SICK_{split}.txt" for split in ("train", "trial", "test_annotated")]
-    for path in sts + stsb + sick:
-        if not path.is_file():
-            raise CorpusError(f"--sts-corpus: missing {path} (the README's \"Data\" section lists the layout)")
-    sentences = [s for path in sts for line in read_lines(path) for s in line.split("\t")[:2]]
-    sentences += [s for path in stsb for s1, s2, _ in load_stsb(path) for s in (s1, s2)]
-    sentences += [s for path in sick for s1, s2, _ in load_sick(path) for s in (s1, s2)]
-    return [s.strip() for s in sentences if s.strip()]
+def objective_class(stage: Stage, args: argparse.Namespace) -> type[ConSERTLoss]:
+    """ConSERTLoss, or a lab's variant of it (LABS.md, labs 1 and 3) when the flags ask for one."""
+    if args.shared_dropout and stage.kind != "sup":
+        return SharedDropoutConSERTLoss
+    if "token_cutoff_masked" in [view.name for view in stage.views]:
+        return MaskedCutoffConSERTLoss
+    return ConSERTLoss
 
 
-# ----------------------------------------------------------------------------
-# The run: a stage's batches, a stage, the strategy's stages
+def build_objective(stage: Stage, encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
+                    world: int) -> ConSERTLoss:
+    """The stage's objective. Under torchrun its negatives (and NLI pairs) are every process's (--local-negatives:
+    each process's own). fast.py's pieces unless --plain or --bucketing (length buckets hold almost no padding:
+    packing would cost); the cached gradient with --micro-batch. The same parameters and numbers each way."""
+    gather = distributed.gather_with_local_grad if world > 1 and not args.local_negatives else own_rows
+    objective = objective_class(stage, args)(
+        encoder, stage.views, temperature=args.temperature, cl_weight=args.cl_weight, adv_norm=args.adv_norm,
+        nli_classes=0 if stage.kind == "unsup" else len(NLI_LABELS), joint=stage.kind == "joint",
+        nli_features=args.nli_features, gather=gather)
+    if not args.plain and not args.bucketing:
+        objective = fast.speed_up_consert(objective, device)
+    if args.micro_batch:  # the whole batch's loss and gradient, the encoder's graph one chunk at a time
+        objective = gradcache.ChunkedConSERTLoss.of(objective, args.micro_batch)
+    return objective
 
 
 def datasets(stage: Stage, inputs: Sequence, encoder: SentenceEncoder) -> tuple[torch.utils.data.Dataset, Callable]:
@@ -339,92 +347,41 @@ def stage_loader(stage: Stage, inputs: Sequence, encoder: SentenceEncoder, args:
                             workers=args.workers, rank=rank, world_size=world)
 
 
-def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inputs: Sequence, args: argparse.Namespace,
-              device: torch.device, argv: list[str] | None = None, rank: int = 0, world: int = 1) -> None:
-    """One call of the shared training loop, as process `rank` of `world` (distributed.init, called by main)."""
-    # the official code's tokens per sentence: min(n, --max-length) + 3, of which 2 special (Transformer.py)
-    encoder = SentenceEncoder.from_pretrained(model_dir, pooling="mean", max_length=args.max_length + 3)
-    encoder.bert.mlm_head = None  # a checkpoint's masked-LM head is not used here (and DDP wants no idle weights)
-    if not stage.dropout:
-        switch_off_dropout(encoder)
-    objective = ConSERTLoss(encoder, stage.views, temperature=args.temperature, cl_weight=args.cl_weight,
-                            adv_norm=args.adv_norm, nli_classes=0 if stage.kind == "unsup" else len(NLI_LABELS),
-                            joint=stage.kind == "joint", nli_features=args.nli_features,
-                            shared_dropout=args.shared_dropout and stage.kind != "sup")
-    if not args.plain and not args.bucketing:  # length buckets hold almost no padding: packing would cost (fast.py)
-        objective = fast.speed_up_consert(objective, device)  # the same parameters and numbers, computed faster
-    if args.micro_batch:  # the same loss and gradient, the encoder's graph one chunk at a time
-        objective = gradcache.ChunkedConSERTLoss.of(objective, args.micro_batch)
-    card_lines = inputs
-    inputs, kept_out = data.hold_out(inputs, args.heldout)  # --heldout N: a dev signal without labels
-    heldout = None
-    if kept_out:  # only the main process evaluates: the objective without distributed.py's patch
-        dataset, collate = datasets(stage, kept_out, encoder)
-        batches = data.fixed_batches(dataset, collate=collate, pad_id=encoder.bert.cfg.pad_token_id,
-                                     batch_size=args.batch_size, device=device)
-        sentences = kept_out if stage.kind == "unsup" else [s for p, h, _ in kept_out for s in (p, h)]
-        heldout = evaluate.HeldOut(copy.copy(objective), batches, sentences)
-    distributed.consert_over_global_batch(objective, local_negatives=args.local_negatives)
-    loader = stage_loader(stage, inputs, encoder, args, device, rank, world)
-    dev, log_fn = evaluate.training_evaluation(args, heldout)
+def held_out_signals(stage: Stage, kept_out: list, objective: ConSERTLoss, args: argparse.Namespace,
+                     device: torch.device) -> train.HeldOut | None:
+    """--heldout N: the kept-out sentences (or NLI pairs) in fixed batches, and the objective as the main process
+    computes it by itself (it alone evaluates)."""
+    if not kept_out:
+        return None
+    dataset, collate = datasets(stage, kept_out, objective.encoder)
+    batches = data.fixed_batches(dataset, collate=collate, pad_id=objective.encoder.bert.cfg.pad_token_id,
+                                 batch_size=args.batch_size, device=device)
+    sentences = kept_out if stage.kind == "unsup" else [s for p, h, _ in kept_out for s in (p, h)]
+    return train.HeldOut(distributed.this_process_only(objective), batches, sentences)
+
+
+def stage_settings(stage: Stage, out: Path, resume: bool, args: argparse.Namespace, argv: list[str] | None,
+                   inputs: Sequence, heldout: train.HeldOut | None, steps: int) -> train.TrainSettings:
+    """The official optimiser: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up then linear decay, clip 1.0;
+    with --optimizer official its AdamW without bias correction and its warm-up from lr 0 (above, beside
+    OFFICIAL). The evaluation the flags ask for, scored with --eval-pooling; the card of the stage's `inputs`."""
+    dev, log_fn = train.training_evaluation(args, heldout)
     # the same weights, pooled as --eval-pooling says
     eval_fn = dev and (lambda enc: dev(SentenceEncoder(enc.bert, enc.tokenizer, args.eval_pooling, enc.max_length)))
     if stage.kind == "unsup":
-        lines, corpus = card_lines, args.corpus or f"the STS12-16, STS-b and SICK sentences of {args.sts_corpus}"
+        lines, corpus = inputs, args.corpus or f"the STS12-16, STS-b and SICK sentences of {args.sts_corpus}"
     else:
-        lines, corpus = [f"{p}\t{h}\t{label}" for p, h, label in card_lines], f"{args.nli} (NLI pairs)"
-    # The official optimiser: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up then linear decay, clip 1.0.
-    # --optimizer official: its AdamW without bias correction, and its warm-up from lr 0 (above, beside OFFICIAL).
+        lines, corpus = [f"{p}\t{h}\t{label}" for p, h, label in inputs], f"{args.nli} (NLI pairs)"
     official = args.optimizer == "official"
-    settings = train.TrainSettings(
-        out=out, steps=stage.steps or stage.epochs * len(loader.batch_sampler), lr=stage.lr, weight_decay=0.01,
-        adam_eps=1e-6, warmup_ratio=0.1, schedule="linear", grad_clip=1.0, amp=args.amp,
-        optimizer_fn=OfficialAdamW if official else None, lr_factor_fn=official_lr_factor if official else None,
-        save_every=args.save_every, eval_fn=eval_fn, eval_every=args.eval_every, keep_best=eval_fn is not None,
-        higher_is_better=evaluate.higher_is_better(args.eval_task),
-        patience=stage.patience if eval_fn else 0, resume=resume,
-        log_fn=log_fn,
+    return train.TrainSettings(
+        out=out, steps=steps, lr=stage.lr, weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1, schedule="linear",
+        grad_clip=1.0, amp=args.amp, optimizer_fn=OfficialAdamW if official else None,
+        lr_factor_fn=official_lr_factor if official else None, save_every=args.save_every, eval_fn=eval_fn,
+        eval_every=args.eval_every, keep_best=eval_fn is not None,
+        higher_is_better=evaluate.higher_is_better(args.eval_task), patience=stage.patience if eval_fn else 0,
+        resume=resume, log_fn=log_fn,
         card=cli.model_card("ConSERT", make_parser(), args, argv, lines, pooling="mean", lr=stage.lr,
                             corpus=f"{corpus}, stage {stage.kind} of --strategy {args.strategy}"))
-    if rank == 0:
-        what = "sentences" if stage.kind == "unsup" else "NLI pairs"
-        views = " + ".join(f"{v.name} {v.rate:g}" if v.rate else v.name for v in stage.views)
-        print(f"ConSERT {stage.kind}: {len(inputs)} {what}, {settings.steps} steps of {args.batch_size} at lr "
-              f"{stage.lr:g}{f', views {views}' if stage.kind != 'sup' else ''}, encoder dropout "
-              f"{'on' if stage.dropout else 'off'}, on {world} x {device}{' (plain path)' if args.plain else ''}; "
-              f"saving to {out}")
-    state = train.train(encoder, objective, loader, settings, device)
-    if state.best is not None and rank == 0:
-        print(f"best {args.eval_task} {state.best:.4g}: encoder saved to {out / 'best'}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    out = Path(args.out)
-    plan = stages(args)  # e.g. joint-unsup: joint on NLI, then contrastive on the corpus
-    # read every input first: bad input stops the run before any model is loaded or any file is written
-    nli = read_nli(args.nli, args.bad_lines) if plan[0].kind != "unsup" else None
-    corpus = None
-    if plan[-1].kind == "unsup":
-        corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else data.open_corpus(args.corpus, args.bad_lines)
-    device = cli.device(args.device)
-    evaluate.check_dev_task(args.eval_task, args.eval_data)
-    cli.check_out_folder(out, args.resume, args.overwrite)
-    rank, world = distributed.init()  # once, for every stage
-    torch.manual_seed(args.seed)
-    model_dir = args.model or default_model_path()
-    folders = [out / "stage1", out] if len(plan) == 2 else [out]
-    for stage, folder in zip(plan, folders):
-        if folder != out and train.finished(folder):
-            print(f"stage 1 ({stage.kind}) already finished in {folder}; continuing with stage 2")
-        else:
-            resume = args.resume and (folder / "checkpoint").exists()
-            run_stage(stage, model_dir, folder, resume, corpus if stage.kind == "unsup" else nli, args, device, argv,
-                      rank, world)
-        model_dir = folder / "best" if (folder / "best").exists() else folder / "model"
-    if rank == 0:
-        print(f"done: encoder saved to {out / 'model'} (mean pooling)")
-    return 0
 
 
 if __name__ == "__main__":

@@ -26,38 +26,30 @@ Data layout: the README's "Data" section; protocol details: docs/evaluation.md.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from scipy.stats import spearmanr
 
-import cli
-import fast
-from weights import default_model_path
-from data import STS_SUBSETS, CorpusError, UsageError, load_sick, load_stsb, load_sts_year, progress, read_lines
+from lib import cli, useb
+from lib.datafiles import (STS_SUBSETS, load_askubuntu_queries, load_askubuntu_titles, load_pit2015, load_rerank_jsonl,
+                           load_sick, load_stsb, load_sts_year, load_twitter_url, want)
+from lib.errors import CorpusError, DataFormatError, DataMissingError, UsageError
+from lib.weights import default_model_path
 from model import SentenceEncoder
+from speedups import fast
 
 HERE = Path(__file__).resolve().parent
 
 # ---------------------------------------------------------------------------
-# The data folder, and the errors of its files
+# The data folder (its files' readers: lib/datafiles.py)
 # ---------------------------------------------------------------------------
-
-class DataMissingError(UsageError):
-    """A data file is not there. A UsageError: under cli.run (python evaluate.py, the training scripts) it ends
-    the run with its one-line message, no traceback."""
-
-
-class DataFormatError(ValueError):
-    """A data file is malformed; the one-line message names the file and the line (or the JSON key)."""
-
 
 def default_data_dir() -> Path:
     """$EVAL_DATA_DIR, else data/ in this repository (where `python evaluate.py --fetch-data data` puts it)."""
@@ -132,94 +124,6 @@ def rerank(candidates: Sequence, scores: Sequence[float]) -> list:
 def mean_metrics(per_query: list[dict[str, float]]) -> dict[str, float]:
     """Mean of each metric over the queries, x 100."""
     return {name: 100 * float(np.mean([q[name] for q in per_query])) for name in ("map", "p@1", "p@5", "mrr")}
-
-
-# ---------------------------------------------------------------------------
-# Loaders of the evaluation-only sets (the STS ones are in data.py); each returns plain lists
-# ---------------------------------------------------------------------------
-
-def load_twitter_url(path: Path) -> list[tuple[str, str, int]]:
-    """Twitter URL corpus test set: sentence1 TAB sentence2 TAB (n,6) TAB url, n of 6 annotators said
-    paraphrase. USEB's rule: n > 3 -> paraphrase (1), n < 3 -> not (0), n = 3 undecided -> dropped."""
-    pairs = []
-    for number, line in enumerate(read_lines(path), 1):
-        if not line.strip():  # the file has 250 blank lines
-            continue
-        try:
-            s1, s2, votes = line.split("\t")[:3]
-            n = int(votes.strip("()").split(",")[0])
-        except ValueError:
-            raise DataFormatError(f"{path}:{number}: want sentence1 TAB sentence2 TAB (n,6) votes") from None
-        if n != 3:
-            pairs.append((s1.strip(), s2.strip(), int(n > 3)))  # stripped, as USEB encodes them
-    return pairs
-
-
-def load_pit2015(path: Path) -> list[tuple[str, str, int]]:
-    """PIT-2015 test.data: topic id, topic, sentence1, sentence2, expert score 0-5, two tag columns.
-    USEB's rule on the expert score: 4-5 -> paraphrase (1), 0-2 -> not (0), 3 (debatable) -> dropped.
-    This is the same split as the official test.label (true / false / ----)."""
-    pairs = []
-    for number, line in enumerate(read_lines(path), 1):
-        fields = line.split("\t")
-        try:
-            expert = int(fields[4])
-        except (IndexError, ValueError):
-            raise DataFormatError(f"{path}:{number}: want topic id, topic, sentence1, sentence2, expert score "
-                                  "0-5, ... (tab-separated)") from None
-        if expert != 3:
-            pairs.append((fields[2].strip(), fields[3].strip(), int(expert > 3)))  # stripped, as USEB encodes them
-    return pairs
-
-
-def load_askubuntu_titles(path: Path, keep: set[str] | None = None) -> dict[str, str]:
-    """text_tokenized.txt.gz of the AskUbuntu release (USEB's data-eval: text_tokenized.txt, not compressed):
-    question id TAB title TAB body. Only the ids in `keep` when given (the corpus has 167,765 questions)."""
-    titles = {}
-    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as f:
-        for number, line in enumerate(f, 1):
-            fields = line.rstrip("\n").split("\t", 2)
-            if len(fields) < 2:
-                raise DataFormatError(f"{path}:{number}: want question id TAB title TAB body")
-            if keep is None or fields[0].strip() in keep:
-                titles[fields[0].strip()] = fields[1].strip()
-    return titles
-
-
-def load_askubuntu_queries(path: Path) -> list[tuple[str, set[str], list[str]]]:
-    """dev.txt / test.txt: query id, similar ids, candidate ids, BM25 scores (tab-separated, ids
-    space-separated). Returns (query, positives, candidates in BM25 order) for the queries that have at
-    least one similar question; the others do not count in USEB's (or anyone's) MAP."""
-    queries = []
-    for number, line in enumerate(read_lines(path), 1):
-        fields = line.split("\t")
-        try:
-            qid, similar, candidates, bm25 = fields
-            candidates, bm25 = candidates.split(), [float(s) for s in bm25.split()]
-        except ValueError:
-            raise DataFormatError(f"{path}:{number}: want query id, similar ids, candidate ids, BM25 scores "
-                                  f"(4 tab-separated fields, got {len(fields)})") from None
-        if len(bm25) != len(candidates):
-            raise DataFormatError(f"{path}:{number}: {len(candidates)} candidates but {len(bm25)} BM25 scores")
-        if similar.split() and not set(similar.split()) & set(candidates):
-            raise DataFormatError(f"{path}:{number}: none of the similar questions is among the candidates")
-        bm25_order = rerank(candidates, bm25)  # the files are already so
-        if similar.split():
-            queries.append((qid, set(similar.split()), bm25_order))
-    return queries
-
-
-def load_rerank_jsonl(path: Path) -> list[tuple[str, list[str], list[str]]]:
-    """Generic re-ranking file: one JSON object a line, {"query": str, "positive": [str], "negative": [str]}."""
-    queries = []
-    for number, line in enumerate(read_lines(path), 1):
-        if line.strip():
-            item = json.loads(line)
-            if not isinstance(item.get("query"), str) or not isinstance(item.get("positive"), list) \
-                    or not isinstance(item.get("negative"), list):
-                raise ValueError(f"{path}:{number}: want keys query (str), positive (list), negative (list)")
-            queries.append((item["query"], item["positive"], item["negative"]))
-    return queries
 
 
 # ---------------------------------------------------------------------------
@@ -344,34 +248,7 @@ def task_rerank(path: Path):
 # ---------------------------------------------------------------------------
 # USEB, the TSDAE paper's benchmark (arXiv:2104.06979 §4, tab. 2), scored as the `useb` package scores it
 # ---------------------------------------------------------------------------
-# USEB's data-eval.zip unpacked under DATA/useb/ (python evaluate.py --fetch-data DATA --sets useb), the files
-# its evaluators read:
-#   useb/data-eval/askubuntu/    text_tokenized.txt, dev.txt, test.txt   (the taolei87 release, corpus un-gzipped)
-#   useb/data-eval/cqadupstack/  corpus.json {forum: {id: title}}, retrieval_split.json {split: {forum: {id: [ids]}}}
-#   useb/data-eval/twitterpara/  Twitter_URL_Corpus_test.txt, test.data, test.label (test only: no dev set)
-#   useb/data-eval/scidocs/      data.json {"corpus": {id: {"title": ...}}, split: {subset: {id: {id: relevance}}}}
-# As USEB: every text is stripped before it is encoded, every number is round(100 x value, 2), the split is
-# "test" or "valid" (the dev data), and useb-avg is the plain mean of the four rounded scores (useb.run's "avg").
-
-USEB_EVAL = "useb/data-eval"  # relative to the data folder
-USEB_SPLITS = ("test", "valid")
-CQADUPSTACK_TOP = 100    # USEB's MAP@100: the AP of the 100 best titles of the pool
-CQADUPSTACK_CHUNK = 256  # queries scored at once: no score matrix is larger than (CHUNK, pool)
-
-def load_json(path: Path):
-    """A JSON file; a malformed one raises a one-line DataFormatError naming the file and the line."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise DataFormatError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
-
-
-def want(ok: bool, path: Path, where: str, what: str) -> None:
-    """Raise DataFormatError('PATH: WHERE: want WHAT') unless ok."""
-    if not ok:
-        raise DataFormatError(f"{path}: {where}: want {what}")
-
+# Its files, their layout and the retrieval protocol: lib/useb.py. As USEB: every number is round(100 x value, 2).
 
 # --- AskUbuntu and TwitterPara: the tasks above, on USEB's copy of the files -------------------------------
 
@@ -380,7 +257,7 @@ def task_useb_askubuntu(encoder, data_dir: Path, batch_size: int, show_progress:
     """USEB's AskUbuntu: the metric of the askubuntu task (titles, 20 BM25 candidates re-ranked by cosine, ties
     keep BM25 order, MAP over the queries that have a similar question) on one split, dev.txt for "valid"."""
     name = {"test": "test", "valid": "dev"}[split]
-    scores = askubuntu_scores(encoder, data_dir / USEB_EVAL / "askubuntu", [name], batch_size, show_progress,
+    scores = askubuntu_scores(encoder, data_dir / useb.USEB_EVAL / "askubuntu", [name], batch_size, show_progress,
                               corpus="text_tokenized.txt")[name]
     details = {metric: round(value, 2) if metric != "queries" else value for metric, value in scores.items()}
     return details["map"], details
@@ -393,71 +270,31 @@ def task_useb_twitterpara(encoder, data_dir: Path, batch_size: int, show_progres
     so does this."""
     if split == "valid" and show_progress:
         print("[evaluate] useb-twitterpara has no dev set: scoring its test set, as USEB does", file=sys.stderr)
-    score, details = task_twitterpara(encoder, data_dir / USEB_EVAL, batch_size, show_progress)
+    score, details = task_twitterpara(encoder, data_dir / useb.USEB_EVAL, batch_size, show_progress)
     return round(score, 2), {name: round(v, 2) if isinstance(v, float) else v for name, v in details.items()}
 
 
-# --- CQADupStack: retrieval from each forum's pool ---------------------------------------------------------
-
-def load_cqadupstack(folder: Path, split: str) -> dict[str, tuple[dict[str, str], dict[str, list[str]]]]:
-    """{forum: (its titles {id: title}, the split's queries {query id: [duplicate ids]})}, forums in the order
-    of corpus.json (USEB's order)."""
-    corpus_path, split_path = folder / "corpus.json", folder / "retrieval_split.json"
-    corpus, queries = load_json(corpus_path), load_json(split_path)
-    want(isinstance(corpus, dict) and corpus, corpus_path, "top level", "{forum: {id: title}}")
-    want(isinstance(queries, dict) and isinstance(queries.get(split), dict), split_path, "top level",
-         f'{{"{split}": {{forum: {{query id: [duplicate ids]}}}}}}')
-    forums = {}
-    for forum, titles in corpus.items():
-        want(isinstance(titles, dict) and all(isinstance(t, str) for t in titles.values()), corpus_path, forum,
-             "{id: title} with string titles")
-        split_queries = queries[split].get(forum)
-        want(isinstance(split_queries, dict) and split_queries, split_path, f"{split}/{forum}",
-             "{query id: [duplicate ids]} with at least one query")
-        for qid, duplicates in split_queries.items():
-            want(qid in titles, split_path, f"{split}/{forum}/{qid}", "a query id of corpus.json")
-            want(isinstance(duplicates, list), split_path, f"{split}/{forum}/{qid}", "a list of duplicate ids")
-        forums[forum] = (titles, split_queries)
-    return forums
-
-
-def top_k_by_cosine(queries: torch.Tensor, pool: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The k best pool rows for each query: their cosines and row numbers, both (Q, k), best first. Rows are
-    unit vectors. A tie at the k-th place is broken the way torch.topk breaks it, as USEB (which calls it too)."""
-    scores = queries @ pool.T  # (Q, P) cosines: the only (queries x pool) matrix, Q <= CQADUPSTACK_CHUNK
-    return scores.topk(k, dim=-1)  # (Q, k) values, (Q, k) row numbers
-
+# --- CQADupStack: retrieval from each forum's pool (lib/useb.py) ------------------------------------------
 
 def cqadupstack_forum_aps(encoder, titles: dict[str, str], queries: dict[str, list[str]], batch_size: int = 64,
                           show_progress: bool = False, forum: str = "") -> list[float]:
-    """USEB's AP@100 of each query of one forum, in the order of `queries`. The pool is the forum's titles less
-    ALL of the split's queries (a query never finds itself), each title encoded once; each query's 100 best
-    pool titles by cosine are scored with scikit-learn's AP (so recall counts only the duplicates among those
-    100), and a query with none of its duplicates among them scores 0."""
+    """USEB's AP@100 of each query of one forum, in the order of `queries`: each title encoded once, each query's
+    100 best pool titles by cosine (useb.top_100) scored with scikit-learn's AP (so recall counts only the
+    duplicates among those 100); a query with none of its duplicates among them scores 0."""
     qids = list(queries)
     pool_ids = [i for i in titles if i not in queries]  # the corpus order: it decides ties at the 100th place
     emb = encode_unique(encoder, [titles[i].strip() for i in pool_ids + qids], batch_size, show_progress)
-    pool, query_emb = emb[: len(pool_ids)], emb[len(pool_ids):]  # (P, d), (Q, d): unit rows
-    pool_row = {doc: n for n, doc in enumerate(pool_ids)}
-    k = min(CQADUPSTACK_TOP, len(pool_ids))  # USEB fails on a pool smaller than 100; here it takes the pool
-    aps = []
-    starts = range(0, len(qids), CQADUPSTACK_CHUNK)
-    shown = None if show_progress else True  # data.progress: None = a bar on a terminal, True = never
-    for start in progress(starts, desc=f"cqadupstack/{forum}", unit="chunk", disable=shown):
-        top_scores, top_rows = top_k_by_cosine(query_emb[start:start + CQADUPSTACK_CHUNK], pool, k)  # (C, k) each
-        for qid, scores, rows in zip(qids[start:start + CQADUPSTACK_CHUNK], top_scores.tolist(), top_rows.tolist()):
-            duplicates = {pool_row[doc] for doc in queries[qid] if doc in pool_row}
-            labels = [int(row in duplicates) for row in rows]
-            # AP of the k retrieved titles, tied scores one cut-off (scikit-learn's); 0 when none is a duplicate
-            aps.append(average_precision(labels, scores) if any(labels) else 0.0)
-    return aps
+    retrieved = useb.top_100(emb[len(pool_ids):], emb[: len(pool_ids)], pool_ids, queries, forum, show_progress)
+    # AP of the k retrieved titles, tied scores one cut-off (scikit-learn's); 0 when none is a duplicate
+    return [average_precision(labels, scores) if any(labels) else 0.0 for labels, scores in retrieved]
+
 
 
 def cqadupstack_scores(encoder, folder: Path, split: str = "test", batch_size: int = 64,
                        show_progress: bool = False) -> dict[str, float]:
     """{forum: MAP@100 (mean AP over its queries), ..., "avg": unweighted mean over the forums}, 0-1 scale."""
     scores = {}
-    for forum, (titles, queries) in load_cqadupstack(folder, split).items():
+    for forum, (titles, queries) in useb.load_cqadupstack(folder, split).items():
         aps = cqadupstack_forum_aps(encoder, titles, queries, batch_size, show_progress, forum)
         scores[forum] = float(np.mean(aps))
     scores["avg"] = float(np.mean(list(scores.values())))  # each forum counts once, whatever its size
@@ -466,50 +303,12 @@ def cqadupstack_scores(encoder, folder: Path, split: str = "test", batch_size: i
 
 def task_useb_cqadupstack(encoder, data_dir: Path, batch_size: int, show_progress: bool,
                           split: str = "test") -> tuple[float, dict]:
-    scores = cqadupstack_scores(encoder, data_dir / USEB_EVAL / "cqadupstack", split, batch_size, show_progress)
+    scores = cqadupstack_scores(encoder, data_dir / useb.USEB_EVAL / "cqadupstack", split, batch_size, show_progress)
     details = {forum: round(100 * value, 2) for forum, value in scores.items() if forum != "avg"}
     return round(100 * scores["avg"], 2), details
 
 
-# --- SciDocs: re-ranking each query's judged papers, trec_eval's MAP ---------------------------------------
-
-def trec_eval_ap(judged: dict[str, int], run: dict[str, float]) -> float:
-    """Average precision of one query as trec_eval's `map` computes it (USEB calls it through pytrec_eval).
-    `judged`: {doc id: relevance}, relevant = relevance >= 1; `run`: {doc id: score}. trec_eval ranks by score,
-    highest first, and breaks a tie by the doc id, the LARGER string first (strcmp; "9" before "10").
-    AP = (sum of the precision at the rank of each relevant doc retrieved) / (relevant docs judged, retrieved
-    or not); 0 when the query has no relevant doc."""
-    relevant = sum(1 for relevance in judged.values() if relevance >= 1)
-    ranked = sorted(run, key=lambda doc: (run[doc], doc), reverse=True)  # score, then id, both descending
-    hits, total = 0, 0.0
-    for rank, doc in enumerate(ranked, 1):
-        if judged.get(doc, 0) >= 1:
-            hits += 1
-            total += hits / rank
-    return total / relevant if relevant else 0.0
-
-
-def load_scidocs(path: Path, split: str) -> tuple[dict[str, str], dict[str, dict[str, dict[str, int]]]]:
-    """data.json -> ({paper id: title} for the papers that have a title, {subset: {query id: {doc id: relevance}}}).
-    As USEB: a paper missing from the corpus, or whose title is null or empty, has no title."""
-    data = load_json(path)
-    want(isinstance(data, dict) and isinstance(data.get("corpus"), dict), path, "top level",
-         '{"corpus": {id: {"title": ...}}, "valid": ..., "test": ...}')
-    want(isinstance(data.get(split), dict) and data[split], path, split, "{subset: {query id: {doc id: relevance}}}")
-    titles = {}
-    for pid, paper in data["corpus"].items():
-        want(isinstance(paper, dict), path, f"corpus/{pid}", '{"title": ...}')
-        title = paper.get("title")
-        want(title is None or isinstance(title, str), path, f"corpus/{pid}/title", "a string or null")
-        if title:
-            titles[pid] = title
-    for subset, qrel in data[split].items():
-        want(isinstance(qrel, dict) and all(isinstance(judged, dict) and
-                                            all(isinstance(r, int) for r in judged.values())
-                                            for judged in qrel.values()),
-             path, f"{split}/{subset}", "{query id: {doc id: integer relevance}}")
-    return titles, data[split]
-
+# --- SciDocs: re-ranking each query's judged papers, trec_eval's MAP (lib/useb.py) -------------------------
 
 def scidocs_scores(encoder, folder: Path, split: str = "test", batch_size: int = 64,
                    show_progress: bool = False) -> dict[str, float]:
@@ -517,7 +316,7 @@ def scidocs_scores(encoder, folder: Path, split: str = "test", batch_size: int =
     title is compared by cosine with the titles of the papers judged for it; trec_eval's AP; the mean over the
     queries that have a title (USEB skips the others; a judged paper without a title is left out of the run,
     but a relevant one still counts in the AP's denominator)."""
-    titles, qrels = load_scidocs(folder / "data.json", split)
+    titles, qrels = useb.load_scidocs(folder / "data.json", split)
     needed = {pid for qrel in qrels.values() for qid, judged in qrel.items() if qid in titles
               for pid in [qid, *judged] if pid in titles}  # only what this split scores
     texts = list(dict.fromkeys(titles[pid].strip() for pid in titles if pid in needed))
@@ -531,16 +330,17 @@ def scidocs_scores(encoder, folder: Path, split: str = "test", batch_size: int =
                 continue  # USEB: a query without a title is not scored and does not count
             docs = [doc for doc in judged if doc in titles]
             cosines = (emb[[row[titles[d].strip()] for d in docs]] @ emb[row[titles[qid].strip()]]).tolist()  # (D,)
-            aps.append(trec_eval_ap(judged, dict(zip(docs, cosines))))  # no doc with a title: an empty run, AP 0
+            aps.append(useb.trec_eval_ap(judged, dict(zip(docs, cosines))))  # no doc with a title: an empty run, AP 0
         want(bool(aps), folder / "data.json", f"{split}/{subset}", "at least one query with a title")
         scores[subset] = float(np.mean(aps))
     scores["avg"] = float(np.mean(list(scores.values())))
     return scores
 
 
+
 def task_useb_scidocs(encoder, data_dir: Path, batch_size: int, show_progress: bool,
                       split: str = "test") -> tuple[float, dict]:
-    scores = scidocs_scores(encoder, data_dir / USEB_EVAL / "scidocs", split, batch_size, show_progress)
+    scores = scidocs_scores(encoder, data_dir / useb.USEB_EVAL / "scidocs", split, batch_size, show_progress)
     details = {subset: round(100 * value, 2) for subset, value in scores.items() if subset != "avg"}
     return round(100 * scores["avg"], 2), details
 
@@ -600,7 +400,7 @@ def uniformity(emb: torch.Tensor, chunk: int = UNIFORMITY_CHUNK) -> float:
 def alignment_uniformity(encoder, pairs: Sequence[tuple], above: float = POSITIVE_SCORE, batch_size: int = 64,
                          show_progress: bool = False) -> dict[str, float | int]:
     """{"alignment", "uniformity", "positive_pairs", "sentences"} of (sentence1, sentence2, gold score) pairs,
-    as data.load_stsb gives them: alignment over the pairs scored above `above`, uniformity over every sentence
+    as lib.datafiles.load_stsb gives them: alignment over the pairs scored above `above`, uniformity over every sentence
     of every pair (repeats included; each distinct one encoded once). Lower is better for both."""
     emb = encode_unique(encoder, [s for p in pairs for s in p[:2]], batch_size, show_progress)  # (2 n, d) unit rows
     return alignment_uniformity_of(emb, [p[2] for p in pairs], above)
@@ -625,49 +425,6 @@ def task_align_uniform(encoder, data_dir: Path, batch_size: int, show_progress: 
     pairs = [p for split in STSB_SPLITS for p in load_stsb(data_dir / "stsbenchmark" / f"sts-{split}.csv")]
     result = alignment_uniformity(encoder, pairs, batch_size=batch_size, show_progress=show_progress)
     return result["uniformity"], result
-
-
-# ---------------------------------------------------------------------------
-# A dev signal without labels: sentences kept out of training
-# ---------------------------------------------------------------------------
-# TSDAE assumes no labelled data in the target domain (app. B), so no score says when training works or when to
-# stop. A corpus alone gives this much: keep some of its lines out of training (data.hold_out, --heldout N) and,
-# at each evaluation, compute on them
-#   heldout-loss        the method's own training loss (TSDAE: -log P(original | vector) per token, §3.1;
-#                       ConSERT: cl_weight x NT-Xent, §3.2) with every random draw fixed: the same noise, views and
-#                       dropout masks at every evaluation, so two evaluations differ only by the weights;
-#   heldout-uniformity  the uniformity of their vectors (above): spreading out, or collapsing.
-# Lower is better for both. Whether either tracks a labelled score is measured in docs/evaluation.md.
-
-
-class HeldOut:
-    """The held-out signals of one run: `objective` (the module train.train trains, before distributed.py's
-    patch: only the main process evaluates), its fixed `batches` of the held-out lines (data.fixed_batches) and
-    their `sentences`."""
-
-    def __init__(self, objective: torch.nn.Module, batches: list[dict], sentences: list[str], seed: int = 0):
-        self.objective, self.batches, self.sentences, self.seed = objective, batches, sentences, seed
-
-    def loss(self, encoder=None) -> float:
-        """The mean of the objective's loss over the held-out batches, in training mode (the mode whose loss it
-        is), with the random generator seeded by `seed` for the while: the same draws at every evaluation, and
-        the run's own random state as it was. Autograd stays on (the adversarial view differentiates inside the
-        loss); nothing calls backward."""
-        was_training = self.objective.training
-        self.objective.train()
-        with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
-            torch.manual_seed(self.seed)
-            losses = [self.objective(batch).item() for batch in self.batches]
-        self.objective.train(was_training)
-        return float(np.mean(losses))
-
-    def uniformity(self, encoder) -> float:
-        """The uniformity of the held-out sentences' vectors (lower: more spread out)."""
-        return uniformity(encode_unique(encoder, self.sentences))
-
-    def signals(self) -> dict:
-        """{task: encoder -> score}: the --eval-task names of the held-out signals."""
-        return {"heldout-loss": self.loss, "heldout-uniformity": self.uniformity}
 
 
 # ---------------------------------------------------------------------------
@@ -699,12 +456,12 @@ TASK_FILES = {
        for year, subsets in STS_SUBSETS.items()},
     "twitterpara": ["twitterpara/Twitter_URL_Corpus_test.txt", "twitterpara/test.data"],
     "askubuntu": ["askubuntu/text_tokenized.txt.gz", "askubuntu/dev.txt", "askubuntu/test.txt"],
-    "useb-askubuntu": [f"{USEB_EVAL}/askubuntu/text_tokenized.txt", f"{USEB_EVAL}/askubuntu/dev.txt",
-                       f"{USEB_EVAL}/askubuntu/test.txt"],
-    "useb-cqadupstack": [f"{USEB_EVAL}/cqadupstack/corpus.json", f"{USEB_EVAL}/cqadupstack/retrieval_split.json"],
-    "useb-twitterpara": [f"{USEB_EVAL}/twitterpara/Twitter_URL_Corpus_test.txt", f"{USEB_EVAL}/twitterpara/test.data",
-                         f"{USEB_EVAL}/twitterpara/test.label"],
-    "useb-scidocs": [f"{USEB_EVAL}/scidocs/data.json"],
+    "useb-askubuntu": [f"{useb.USEB_EVAL}/askubuntu/text_tokenized.txt", f"{useb.USEB_EVAL}/askubuntu/dev.txt",
+                       f"{useb.USEB_EVAL}/askubuntu/test.txt"],
+    "useb-cqadupstack": [f"{useb.USEB_EVAL}/cqadupstack/corpus.json", f"{useb.USEB_EVAL}/cqadupstack/retrieval_split.json"],
+    "useb-twitterpara": [f"{useb.USEB_EVAL}/twitterpara/Twitter_URL_Corpus_test.txt", f"{useb.USEB_EVAL}/twitterpara/test.data",
+                         f"{useb.USEB_EVAL}/twitterpara/test.label"],
+    "useb-scidocs": [f"{useb.USEB_EVAL}/scidocs/data.json"],
     "align-uniform": [f"stsbenchmark/sts-{split}.csv" for split in STSB_SPLITS],
 }
 
@@ -767,8 +524,8 @@ def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = 
     is missing raises DataMissingError before anything is encoded. `split` ("test" or "valid", USEB's dev data,
     for model selection) is what the useb tasks score; the other tasks ignore it (each reports its test score,
     with dev in details where it has one)."""
-    if split not in USEB_SPLITS:
-        raise ValueError(f"unknown split {split!r}; choose from {', '.join(USEB_SPLITS)}")
+    if split not in useb.USEB_SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {', '.join(useb.USEB_SPLITS)}")
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
     names, skipped = [], {}
     for name in parse_tasks(tasks):
@@ -809,25 +566,6 @@ def dev_score(encoder, task: str, data_dir: str | Path | None = None, batch_size
 DEV_TASKS = {"stsb-dev": "higher", "useb-askubuntu": "higher", "useb-cqadupstack": "higher", "useb-scidocs": "higher",
              "heldout-loss": "lower", "heldout-uniformity": "lower"}
 HELDOUT_TASKS = ("heldout-loss", "heldout-uniformity")
-
-
-def training_evaluation(args: argparse.Namespace, heldout: HeldOut | None) -> tuple[Callable | None, Callable | None]:
-    """(eval_fn, log_fn) for train.TrainSettings from the selection flags (cli.add_selection_arguments): the score of
-    --eval-task (None when nothing is evaluated), and {name: value} of what else each evaluation logs: the other
-    held-out signal (with --heldout), alignment and uniformity on STS-b dev (--log-alignment)."""
-    signals = heldout.signals() if heldout else {}
-    if args.eval_task in signals:
-        eval_fn = signals.pop(args.eval_task)
-    elif args.eval_data and args.eval_task:
-        eval_fn = lambda encoder: dev_score(encoder, args.eval_task, args.eval_data)
-    else:
-        eval_fn = None
-    logged = [lambda encoder: {name: signal(encoder) for name, signal in signals.items()}] if signals else []
-    if args.log_alignment and args.eval_data:
-        pairs = load_stsb(Path(args.eval_data) / "stsbenchmark" / "sts-dev.csv")
-        logged.append(lambda encoder: alignment_uniformity(encoder, pairs))
-    log_fn = (lambda encoder: {k: v for log in logged for k, v in log(encoder).items()}) if logged else None
-    return eval_fn, log_fn
 
 
 def higher_is_better(task: str) -> bool:
@@ -890,7 +628,7 @@ def make_parser() -> argparse.ArgumentParser:
                              "does on its data-eval (an hour or more on a CPU). askubuntu and twitterpara are the "
                              "same metrics as useb-askubuntu and useb-twitterpara on the separately fetched "
                              "releases, not rounded (askubuntu: test, with dev in details)")
-    parser.add_argument("--split", default="test", choices=USEB_SPLITS,
+    parser.add_argument("--split", default="test", choices=useb.USEB_SPLITS,
                         help="the split the useb tasks score: test, or valid (USEB's dev data, for model selection; "
                              "TwitterPara has none and scores test, as USEB does). The other tasks ignore it")
     parser.add_argument("--data-dir", help="evaluation data (default: $EVAL_DATA_DIR, else data/ here)")
@@ -901,7 +639,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...")
     parser.add_argument("--plain", action="store_true", help="encode with the plain model.py code instead of fast.py's")
     parser.add_argument("--json", help="also write the scores and details to this JSON file")
-    fetching = parser.add_argument_group("getting the data (download.py)")
+    fetching = parser.add_argument_group("getting the data (lib/download.py)")
     fetching.add_argument("--fetch-data", metavar="DIR", type=Path,
                           help="download the public evaluation sets into DIR (SHA256-checked), then stop")
     fetching.add_argument("--sets", help="with --fetch-data: comma-separated sets (default: all of "
@@ -921,7 +659,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.fetch_data:
-        import download
+        from lib import download
 
         try:
             download.fetch(args.fetch_data, args.sets.split(",") if args.sets else None, args.mirror)

@@ -12,7 +12,7 @@ Read top to bottom:
 
 No objective and no training here. Two pieces exist for the methods: the `memory` of MultiHeadAttention (TSDAE's
 cross-attention) and last2-mean pooling (ConSERT's official evaluation). The files on disk (safetensors, Hugging
-Face names, Hub ids) are weights.py's job; speed-ups are fast.py's.
+Face names, Hub ids) are lib/weights.py's job; speed-ups are speedups/fast.py's.
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-import weights
 import data
-from card import ModelCard, write_model_card
+from lib import weights
+from lib.card import ModelCard, write_model_card
 
 # ----------------------------------------------------------------------------
 # 1. Config

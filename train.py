@@ -7,6 +7,7 @@
   RunState                    where a run stands (progress.json)
   epochs                      the loader's batches, epoch after epoch, from where a run stands
   ModelSelection              evaluation during training, the best encoder, early stopping
+  HeldOut, training_evaluation   the dev signals of the selection flags (--eval-task, --heldout, --log-alignment)
   RunFolder                   OUT: checkpoint/ (what --resume needs), model/, best/, log.jsonl
   StopOnSignal                Ctrl-C / SIGTERM: finish the step, save, stop
   Progress                    a bar on a terminal, one plain line every 30 s in a log file
@@ -15,6 +16,7 @@ Each method hands `train` an `objective`: a module whose forward(batch) returns 
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import signal
@@ -29,13 +31,15 @@ import torch.nn as nn
 from tqdm.auto import tqdm
 
 import data
-import distributed
-from card import ModelCard
-from weights import ModelLoadError, atomic_dir
+import evaluate
+from lib import datafiles, distributed
+from lib.card import ModelCard
+from lib.errors import ModelLoadError, UsageError
+from lib.weights import atomic_dir
 from model import SentenceEncoder
 
 
-class TrainingStopped(data.UsageError):
+class TrainingStopped(UsageError):
     """Training ended early (NaN loss, a failed write). One line for the user; the last good checkpoint is kept."""
 
 
@@ -238,6 +242,68 @@ class ModelSelection:
 
     def patience_ran_out(self, state: RunState) -> bool:
         return self.settings.patience > 0 and state.evals_since_best >= self.settings.patience
+
+
+# ---------------------------------------------------------------------------
+# A dev signal without labels: sentences kept out of training
+# ---------------------------------------------------------------------------
+# TSDAE assumes no labelled data in the target domain (app. B), so no score says when training works or when to
+# stop. A corpus alone gives this much: keep some of its lines out of training (lib.corpus.hold_out, --heldout N) and,
+# at each evaluation, compute on them
+#   heldout-loss        the method's own training loss (TSDAE: -log P(original | vector) per token, §3.1;
+#                       ConSERT: cl_weight x NT-Xent, §3.2) with every random draw fixed: the same noise, views and
+#                       dropout masks at every evaluation, so two evaluations differ only by the weights;
+#   heldout-uniformity  the uniformity of their vectors (evaluate.uniformity): spreading out, or collapsing.
+# Lower is better for both. Whether either tracks a labelled score is measured in docs/evaluation.md.
+
+
+class HeldOut:
+    """The held-out signals of one run: `objective`, the module train() trains as this process alone would compute
+    it (lib.distributed.this_process_only: only the main process evaluates), its fixed `batches` of the held-out
+    lines (data.fixed_batches) and their `sentences`."""
+
+    def __init__(self, objective: torch.nn.Module, batches: list[dict], sentences: list[str], seed: int = 0):
+        self.objective, self.batches, self.sentences, self.seed = objective, batches, sentences, seed
+
+    def loss(self, encoder=None) -> float:
+        """The mean of the objective's loss over the held-out batches, in training mode (the mode whose loss it
+        is), with the random generator seeded by `seed` for the while: the same draws at every evaluation, and
+        the run's own random state as it was. Autograd stays on (the adversarial view differentiates inside the
+        loss); nothing calls backward."""
+        was_training = self.objective.training
+        self.objective.train()
+        with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
+            torch.manual_seed(self.seed)
+            losses = [self.objective(batch).item() for batch in self.batches]
+        self.objective.train(was_training)
+        return sum(losses) / len(losses)
+
+    def uniformity(self, encoder) -> float:
+        """The uniformity of the held-out sentences' vectors (lower: more spread out)."""
+        return evaluate.uniformity(evaluate.encode_unique(encoder, self.sentences))
+
+    def signals(self) -> dict:
+        """{task: encoder -> score}: the --eval-task names of the held-out signals."""
+        return {"heldout-loss": self.loss, "heldout-uniformity": self.uniformity}
+
+
+def training_evaluation(args: argparse.Namespace, heldout: HeldOut | None) -> tuple[Callable | None, Callable | None]:
+    """(eval_fn, log_fn) for TrainSettings from the selection flags (cli.add_selection_arguments): the score of
+    --eval-task (None when nothing is evaluated), and {name: value} of what else each evaluation logs: the other
+    held-out signal (with --heldout), alignment and uniformity on STS-b dev (--log-alignment)."""
+    signals = heldout.signals() if heldout else {}
+    if args.eval_task in signals:
+        eval_fn = signals.pop(args.eval_task)
+    elif args.eval_data and args.eval_task:
+        eval_fn = lambda encoder: evaluate.dev_score(encoder, args.eval_task, args.eval_data)
+    else:
+        eval_fn = None
+    logged = [lambda encoder: {name: signal(encoder) for name, signal in signals.items()}] if signals else []
+    if args.log_alignment and args.eval_data:
+        pairs = datafiles.load_stsb(Path(args.eval_data) / "stsbenchmark" / "sts-dev.csv")
+        logged.append(lambda encoder: evaluate.alignment_uniformity(encoder, pairs))
+    log_fn = (lambda encoder: {k: v for log in logged for k, v in log(encoder).items()}) if logged else None
+    return eval_fn, log_fn
 
 
 # ----------------------------------------------------------------------------

@@ -10,17 +10,19 @@ Read top to bottom:
   2. the training pairs                  DenoisingDataset: (damaged, original) token ids
   3. the decoder (§3.2, app. A)          DecoderLayer, TSDAEDecoder: tied to the encoder, sees only the vector
   4. the loss (§3.1)                     TSDAELoss: -log P(original | vector), token by token
-                                         (TokenMemoryTSDAELoss: LABS.md's lab 5, without the bottleneck)
   5. what the vector remembers (§3.2)    greedy_decode, beam_decode: rebuild a sentence from its vector
                                          (examples/reconstruct.py); save_decoder, load_decoder
-The experiment (its settings, the batches, the command line) is tsdae_train.py; `python tsdae.py` runs it.
-This file imports only the layers below it: model.py, data.py and weights.py (the weights' files).
+The experiment (its settings, the batches, the command line) is tsdae_train.py: `python tsdae.py` runs that file
+as the script, which imports this one (so Python reads this file twice then: once as the script, whose only
+job is the hand-over at the bottom, once as the module `tsdae`). Imported, this file imports model.py, data.py
+and lib/ (the weights' files, the one-line errors): never the experiment.
 """
 from __future__ import annotations
 
 import copy
 import random
 import re
+import runpy
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -29,8 +31,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-import weights
 import data
+from lib import weights
+from lib.errors import UsageError
 from model import Bert, BertConfig, EncoderLayer, MLMHead, MultiHeadAttention, SentenceEncoder, init_weights
 
 # ----------------------------------------------------------------------------
@@ -113,16 +116,14 @@ def ordinary_token_ids(tokenizer: Tokenizer) -> list[int]:
 class DenoisingDataset(torch.utils.data.Dataset):
     """Item (epoch, i) -> (damaged ids, original ids) of sentence i.
 
-    The noise is drawn from a generator seeded by (seed, epoch, i): fresh every epoch, yet the same
+    The noise is drawn from a generator seeded by (seed, epoch, i) (noise_rng): fresh every epoch, yet the same
     however many DataLoader workers or distributed processes there are, and the same after a resume.
-    noise_once (LABS.md, lab 2): seeded by (seed, i) only, so every epoch sees the same damaged sentence, as in
-    sentence-transformers' examples that damage the corpus once before training (their issue #3241).
     """
 
     def __init__(self, sentences: Sequence[str], tokenizer: Tokenizer, max_length: int, noise: str = "delete",
-                 ratio: float = 0.6, seed: int = 0, noise_once: bool = False):
+                 ratio: float = 0.6, seed: int = 0):
         self.sentences, self.tokenizer, self.max_length = sentences, tokenizer, max_length
-        self.noise, self.ratio, self.seed, self.noise_once = NOISE[noise], ratio, seed, noise_once
+        self.noise, self.ratio, self.seed = NOISE[noise], ratio, seed
         self.mask_id = data.special_token_id(tokenizer, "mask")
         self.vocab = ordinary_token_ids(tokenizer) if noise in ("replace", "add") else ()
 
@@ -131,11 +132,14 @@ class DenoisingDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[list[int], list[int]]:
         epoch, i = key
-        rng = random.Random(f"{self.seed}-{i}" if self.noise_once else f"{self.seed}-{epoch}-{i}")
         head, words, tail = words_of(self.tokenizer, self.sentences[i])
-        damaged = self.noise(words, self.ratio, rng, mask_id=self.mask_id, vocab=self.vocab)
+        damaged = self.noise(words, self.ratio, self.noise_rng(epoch, i), mask_id=self.mask_id, vocab=self.vocab)
         join = lambda ws: head + [t for w in ws for t in w] + tail
         return data.truncate(join(damaged), self.max_length), data.truncate(join(words), self.max_length)
+
+    def noise_rng(self, epoch: int, i: int) -> random.Random:
+        """The generator of sentence i's noise in `epoch`: new noise every epoch."""
+        return random.Random(f"{self.seed}-{epoch}-{i}")
 
 
 def collate_pairs(items: list[tuple[list[int], list[int]]], pad_id: int = 0, multiple: int = 1) -> dict[str, torch.Tensor]:
@@ -167,15 +171,13 @@ class DecoderLayer(nn.Module):
         self.cross_attn.apply(init_weights)
 
     # Exercise 4 (ASSIGNMENTS.md)
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, causal: torch.Tensor,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, causal: torch.Tensor) -> torch.Tensor:
         """x: (B, L, d) decoder states; memory: (B, 1, d), the sentence vector; causal: (L, L) bool, True where
-        position t may see position t' (t' <= t). memory_mask: None; only LABS.md's lab 5 gives a longer memory,
-        token states (B, Ld, d), with this mask (B, 1, 1, Ld), True = a real token."""
+        position t may see position t' (t' <= t)."""
         x = self.self_attn_norm(x + self.dropout(self.self_attn(x, causal)))  # (B, L, d)
         # §3.2: keys and values come only from the sentence vector s, a memory of length 1:
         #   CrossAttn(x) = softmax(x W_q (s W_k)^T / sqrt(d_head)) s W_v, one key per sentence
-        x = self.cross_attn_norm(x + self.dropout(self.cross_attn(x, memory_mask, memory=memory)))  # (B, L, d)
+        x = self.cross_attn_norm(x + self.dropout(self.cross_attn(x, memory=memory)))  # (B, L, d)
         return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
 
 
@@ -196,23 +198,17 @@ class TSDAEDecoder(nn.Module):
         self.layers = nn.ModuleList([DecoderLayer(layer, cfg) for layer in source.layers])
         self.lm_head = source.mlm_head if source.mlm_head is not None else MLMHead(cfg)
 
-    def forward(self, input_ids: torch.Tensor, sentence_vec: torch.Tensor | None, keep: torch.Tensor | None = None,
-                token_states: torch.Tensor | None = None, token_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """input_ids (B, L), sentence_vec (B, d) -> decoder states (B, L, d). With keep (B, L) bool, the kept
-        positions' states only, as rows (T, d) in reading order (keep holds each sentence's first positions).
-        LABS.md's lab 5 (sentence_vec None): the cross-attention reads token_states (B, Ld, d) instead, the
-        encoder's states of the damaged sentence, at its real tokens (token_mask (B, Ld), 1 = real)."""
-        if token_states is None:
-            memory, memory_mask = sentence_vec[:, None, :], None  # (B, 1, d): one key, nothing to mask
-        else:
-            memory, memory_mask = token_states, token_mask.bool()[:, None, None, :]  # (B, Ld, d), (B, 1, 1, Ld)
+    def forward(self, input_ids: torch.Tensor, memory: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """input_ids (B, L), memory (B, 1, d): the sentence vector, all the cross-attention reads -> decoder states
+        (B, L, d). With keep (B, L) bool, the kept positions' states only, as rows (T, d) in reading order (keep
+        holds each sentence's first positions)."""
         L = input_ids.shape[1]
         # causal: position t sees tokens <= t only. No padding mask is needed: pads sit after every
         # real token, so no real position can see one (the reference code passes none either).
         causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()  # (L, L)
         x = self.embeddings(input_ids)  # (B, L, d)
         for layer in self.layers:
-            x = layer(x, memory, causal, memory_mask)  # (B, L, d)
+            x = layer(x, memory, causal)  # (B, L, d)
         return x if keep is None else x[keep]
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
@@ -229,6 +225,11 @@ class TSDAEDecoder(nn.Module):
 # 4. The loss (§3.1)
 
 
+def batch_mean(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """total / count: the mean over one batch's terms."""
+    return total / count
+
+
 class TSDAELoss(nn.Module):
     """Encoder + tied decoder + reconstruction loss for one batch of (damaged x~, original x) sentences (§3.1):
 
@@ -241,53 +242,45 @@ class TSDAELoss(nn.Module):
         tokens, averaged over sentences (the paper's objective, §3.1).
     Both give every token of a batch the same weight: they differ by one factor per batch, its label tokens over
     its sentences, and a gradient clipped to norm 1 (train.py) loses it: when every step is clipped, the two train
-    alike (LABS.md, lab 6).
+    alike.
+    global_mean(total, T): total / T (batch_mean). Under torchrun the experiment gives lib.distributed.global_mean:
+    the sums and the counts of every process's share, so N processes compute the loss of the whole batch.
     """
 
-    def __init__(self, encoder: SentenceEncoder, tie: bool = True, normalisation: str = "tokens"):
+    def __init__(self, encoder: SentenceEncoder, tie: bool = True, normalisation: str = "tokens",
+                 global_mean: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = batch_mean):
         super().__init__()
         assert normalisation in ("tokens", "sentence")
         self.encoder = encoder
         self.decoder = TSDAEDecoder(encoder.bert, tie=tie)  # app. A: tied to the encoder
         if not tie:
             encoder.bert.mlm_head = None  # the separate decoder has its own copy; the encoder never used it
-        self.normalisation = normalisation
+        self.normalisation, self.global_mean = normalisation, global_mean
 
     # Exercise 5 (ASSIGNMENTS.md)
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """batch: damaged_ids, damaged_mask (B, Ld) and original_ids, original_mask (B, Lo), 1 = real token.
         Returns L, the reconstruction loss of the batch (a scalar)."""
-        # §3.1: the encoder reads the DAMAGED sentence and gives one vector per sentence
-        sentence_vec = self.encoder(batch["damaged_ids"], batch["damaged_mask"])  # (B, d)
+        memory = self.memory(batch)  # (B, 1, d): the damaged sentence's vector, all the decoder sees of it
         # teacher forcing: read the original up to t, predict token t+1 ([CLS] a b -> a b [SEP]; RoBERTa: <s>, </s>)
         original, mask = batch["original_ids"], batch["original_mask"]
         decoder_input, labels = original[:, :-1], original[:, 1:]  # (B, L-1) each
         is_label = mask[:, 1:].bool()  # (B, L-1): real tokens to predict, not padding
-        states = self.decoder(decoder_input, sentence_vec, keep=is_label)  # (T, d): the states that predict a label
+        states = self.decoder(decoder_input, memory, keep=is_label)  # (T, d): the states that predict a label
         total = self.decoder.neg_log_likelihood(states, labels[is_label])  # sum of -log P(x_t | x_<t, s)
-        return total / self.count(batch)
+        return self.global_mean(total, self.count(batch))  # L = total / T
+
+    def memory(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """§3.1: the encoder reads the DAMAGED sentence and gives one vector per sentence, s (B, d); §3.2: s is the
+        decoder's memory, one position (B, 1, d): the bottleneck."""
+        sentence_vec = self.encoder(batch["damaged_ids"], batch["damaged_mask"])  # (B, d)
+        return sentence_vec[:, None, :]  # (B, 1, d)
 
     def count(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """T: how many terms the loss averages, the label tokens or the sentences of the batch."""
         if self.normalisation == "tokens":
             return batch["original_mask"][:, 1:].sum()
         return torch.tensor(len(batch["original_ids"]), device=batch["original_ids"].device)
-
-
-class TokenMemoryTSDAELoss(TSDAELoss):
-    """LABS.md, lab 5 (--decoder-memory tokens), not TSDAE: TSDAELoss whose decoder's cross-attention reads every
-    final token state of the damaged sentence (its padding masked out) instead of the one sentence vector. §3.2's
-    bottleneck is gone: the decoder can copy the surviving words from their own states, and nothing forces the
-    pooled vector to carry the sentence. The same parameters and normalisation; only the decoder's memory differs."""
-
-    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        token_states = self.encoder.bert(batch["damaged_ids"], batch["damaged_mask"])  # (B, Ld, d), not pooled
-        original, mask = batch["original_ids"], batch["original_mask"]
-        decoder_input, labels = original[:, :-1], original[:, 1:]  # (B, L-1) each, as TSDAELoss.forward
-        is_label = mask[:, 1:].bool()  # (B, L-1)
-        states = self.decoder(decoder_input, None, keep=is_label, token_states=token_states,
-                              token_mask=batch["damaged_mask"])  # (T, d)
-        return self.decoder.neg_log_likelihood(states, labels[is_label]) / self.count(batch)
 
 
 # ----------------------------------------------------------------------------
@@ -301,7 +294,8 @@ def greedy_decode(decoder: TSDAEDecoder, sentence_vec: torch.Tensor, start_id: i
     x_t = argmax P(x_t | x_<t, s). sentence_vec: (1, d), the only thing the decoder sees of the sentence."""
     ids = [start_id]
     while len(ids) < max_length and ids[-1] != end_id:
-        logits = decoder.logits(decoder(torch.tensor([ids], device=sentence_vec.device), sentence_vec))  # (1, t, V)
+        states = decoder(torch.tensor([ids], device=sentence_vec.device), sentence_vec[:, None, :])  # (1, t, d)
+        logits = decoder.logits(states)  # (1, t, V)
         ids.append(int(logits[0, -1].argmax()))
     return ids
 
@@ -314,7 +308,8 @@ def beam_decode(decoder: TSDAEDecoder, sentence_vec: torch.Tensor, start_id: int
     beams, finished = [([start_id], 0.0)], []
     while beams and len(beams[0][0]) < max_length:
         ids = torch.tensor([seq for seq, _ in beams], device=sentence_vec.device)  # (k, t)
-        log_p = decoder.logits(decoder(ids, sentence_vec.expand(len(beams), -1)))[:, -1].log_softmax(-1)  # (k, V)
+        memory = sentence_vec[:, None, :].expand(len(beams), -1, -1)  # (k, 1, d): the same vector for every beam
+        log_p = decoder.logits(decoder(ids, memory))[:, -1].log_softmax(-1)  # (k, V)
         top = log_p.topk(beam, dim=-1)
         grown = sorted(((seq + [int(t)], score + float(lp)) for (seq, score), lps, ts in zip(beams, *top)
                         for lp, t in zip(lps, ts)), key=lambda b: -b[1])[:beam]
@@ -326,8 +321,8 @@ def beam_decode(decoder: TSDAEDecoder, sentence_vec: torch.Tensor, start_id: int
 # The run folder's decoder/, beside model/ (the encoder): what the decoder has of its own.
 #   decoder.safetensors  its parameters not tied to the encoder, by TSDAEDecoder's names: layers.N.cross_attn.*,
 #                        layers.N.cross_attn_norm.*, lm_head.* (all of them with --untie)
-#   decoder.json         {"tie", "normalisation", "base_model", "seed", "noise", "noise_ratio", "corpus"}: how it
-#                        was made ("memory": "tokens" after LABS.md's lab 5)
+#   decoder.json         {"objective", "tie", "normalisation", "base_model", "seed", "noise", "noise_ratio",
+#                        "corpus"}: how it was made
 
 
 def save_decoder(objective: TSDAELoss, folder: Path, settings: dict) -> None:
@@ -342,8 +337,9 @@ def load_decoder(run: Path) -> tuple[TSDAELoss, dict]:
     """A trained run's encoder (run/model) and decoder (run/decoder), and the decoder's settings."""
     settings = weights.read_json(run / "decoder" / "decoder.json",
                                     missing=f"{run} holds no decoder/ (a run of tsdae.py from before it kept one?)")
-    if settings.get("memory") == "tokens":
-        raise data.UsageError(f"{run}: its decoder read token states (--decoder-memory tokens), not a sentence vector")
+    if settings.get("objective", "TSDAELoss") != "TSDAELoss":
+        raise UsageError(f"{run}: its decoder was trained by {settings['objective']}, not by TSDAELoss: it does not "
+                         "rebuild a sentence from its vector")
     objective = TSDAELoss(SentenceEncoder.from_pretrained(run / "model"), tie=settings["tie"],
                           normalisation=settings["normalisation"])
     state = weights.read_safetensors(run / "decoder" / "decoder.safetensors")
@@ -363,6 +359,4 @@ def reconstruct(objective: TSDAELoss, damaged: list[int], beam: int = 1, max_len
 
 
 if __name__ == "__main__":  # python tsdae.py --corpus ...: the experiment around this method, tsdae_train.py
-    import cli
-    import tsdae_train
-    cli.run(tsdae_train.main)
+    runpy.run_module("tsdae_train", run_name="__main__")  # as `python tsdae_train.py`, sys.argv as it is

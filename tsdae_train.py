@@ -1,52 +1,34 @@
 """TSDAE's experiment, around the method of tsdae.py: the batches, the command line and the run
 (`python tsdae.py` and `python tsdae_train.py` run it).
 
+  make_parser, parse_args   every flag, with the paper's defaults (app. A, B)
+  main                      the run, as a short list of the steps below
+  build_objective           the encoder and TSDAELoss (fast.py's pieces unless --plain; a lab's when asked)
   denoising_pairs, pair_loader
-                 (damaged, original) pairs in the reference's plain shuffled batches (--bucketing: by length)
-  make_parser    every flag, with the paper's defaults (app. A, B)
-  main           read the corpus, build the objective (fast.py's pieces unless --plain), run train.train
+                            (damaged, original) pairs in the reference's plain shuffled batches (--bucketing: by length)
+  settings                  train.TrainSettings of the run, with held_out_signals (--heldout N: the loss on lines
+                            kept out of training, a dev signal without labels)
 """
 from __future__ import annotations
 
 import argparse
-import copy
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
-import cli
 import data
-import distributed
 import evaluate
-import fast
 import train
 import tsdae
-from weights import default_model_path
+from labs.noise_once import NoiseOnceDataset
+from labs.token_memory import TokenMemoryTSDAELoss
+from lib import cli, distributed
+from lib.corpus import hold_out, open_corpus
+from lib.errors import UsageError
+from lib.weights import default_model_path
 from model import SentenceEncoder
-
-
-
-def denoising_pairs(sentences: Sequence[str], encoder: SentenceEncoder,
-                    args: argparse.Namespace) -> tsdae.DenoisingDataset:
-    """The (damaged, original) pairs of the sentences, damaged as the flags say (training's and the held-out's)."""
-    return tsdae.DenoisingDataset(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise,
-                                  ratio=args.noise_ratio, seed=args.seed, noise_once=args.noise_once)
-
-
-def pair_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
-                rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
-    """(damaged, original) pairs in plain shuffled batches, as the reference's DataLoader(shuffle=True) gives them.
-    With --bucketing, batches of similar original length: less work on padding, but the loss is a mean over the
-    batch's tokens, so in a bucketed batch each sentence weighs about 1/B whatever its length. Only bucketing
-    tokenises the whole corpus first (its lengths); plain batches need only the number of sentences."""
-    dataset = denoising_pairs(sentences, encoder, args)
-    lengths = (data.token_lengths(encoder.tokenizer, sentences, encoder.max_length) if args.bucketing
-               else len(sentences))
-    return data.make_loader(dataset, lengths=lengths,
-                            collate=tsdae.collate_pairs, pad_id=encoder.bert.cfg.pad_token_id, batch_size=args.batch_size,
-                            seed=args.seed, device=device, bucketing=args.bucketing, workers=args.workers, rank=rank,
-                            world_size=world)
+from speedups import fast
 
 
 def make_parser() -> cli.ArgumentParser:
@@ -103,49 +85,97 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    out = Path(args.out)
-    # read every input first: bad input stops the run before any model is loaded or any file is written
-    sentences = data.open_corpus(args.corpus, args.bad_lines)  # where each line is; its text stays on disk
-    device = cli.device(args.device)
+    # check every input first: bad input stops the run before any model is loaded or any file is written
     evaluate.check_dev_task(args.eval_task, args.eval_data)
-    cli.check_out_folder(out, args.resume, args.overwrite)
+    sentences = open_corpus(args.corpus, args.bad_lines)  # where each line is; its text stays on disk
+    device = cli.device(args.device)
+    cli.check_out_folder(Path(args.out), args.resume, args.overwrite)
     card = cli.model_card("TSDAE", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr)
-    sentences, kept_out = data.hold_out(sentences, args.heldout)  # --heldout N: a dev signal without labels
+    sentences, kept_out = hold_out(sentences, args.heldout)  # --heldout N: a dev signal without labels
     rank, world = distributed.init()
     if args.micro_batch and world > 1:  # each process would all-reduce once per part, and their parts differ in number
-        raise data.UsageError("--micro-batch is not written for TSDAE under torchrun yet; more processes make each "
-                              "one's share of the batch smaller instead")
+        raise UsageError("--micro-batch is not written for TSDAE under torchrun yet; more processes make each "
+                         "one's share of the batch smaller instead")
     torch.manual_seed(args.seed)
+    plain, objective = build_objective(args, device)
+    loader = pair_loader(sentences, plain.encoder, args, device, rank, world)
+    run = settings(args, plain, objective, card, kept_out, device,
+                   steps=args.steps or args.epochs * len(loader.batch_sampler))
+    if rank == 0:
+        print(f"TSDAE: {len(sentences)} sentences, {run.steps} steps of {args.batch_size} on {world} x {device}"
+              f"{' (plain path)' if args.plain else ''}; saving to {run.out}")
+    train.train(plain.encoder, objective, loader, run, device)
+    if rank == 0:
+        print(f"done: encoder saved to {run.out / 'model'} ({args.pooling} pooling)")
+    return 0
+
+
+def build_objective(args: argparse.Namespace, device: torch.device) -> tuple[tsdae.TSDAELoss, tsdae.TSDAELoss]:
+    """(the plain objective, the one that trains): the encoder of --model with the decoder tied to it; under
+    torchrun its loss is the mean over every process's tokens. What trains is the plain objective with fast.py's
+    pieces swapped in (the same parameters and numbers), unless --plain or a lab that reads token states."""
     base_model = args.model or default_model_path()
     encoder = SentenceEncoder.from_pretrained(base_model, pooling=args.pooling, max_length=args.max_length)
-    loss = tsdae.TokenMemoryTSDAELoss if args.decoder_memory == "tokens" else tsdae.TSDAELoss
-    plain = loss(encoder, tie=not args.untie, normalisation=args.loss_normalisation)
-    # the same parameters and numbers, computed faster (fast.PackedDecoder reads one vector per sentence)
-    objective = plain if args.plain or args.decoder_memory == "tokens" else fast.speed_up_tsdae(plain, device)
-    heldout = None
-    if kept_out:  # their damaged versions drawn once; only the main process evaluates: no distributed.py patch
-        batches = data.fixed_batches(denoising_pairs(kept_out, encoder, args), collate=tsdae.collate_pairs,
-                                     pad_id=encoder.bert.cfg.pad_token_id, batch_size=args.batch_size, device=device)
-        heldout = evaluate.HeldOut(copy.copy(objective), batches, kept_out)
-    eval_fn, log_fn = evaluate.training_evaluation(args, heldout)
-    distributed.tsdae_over_global_batch(objective)  # under torchrun: the mean over every process's tokens
-    loader = pair_loader(sentences, encoder, args, device, rank, world)
-    steps = args.steps or args.epochs * len(loader.batch_sampler)
-    decoder = {"tie": not args.untie, "normalisation": args.loss_normalisation, "base_model": str(base_model),
-               "seed": args.seed, "noise": args.noise, "noise_ratio": args.noise_ratio, "corpus": str(args.corpus),
-               **({"memory": "tokens"} if args.decoder_memory == "tokens" else {})}
-    settings = train.TrainSettings(
-        out=out, steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every, resume=args.resume,
+    loss = TokenMemoryTSDAELoss if args.decoder_memory == "tokens" else tsdae.TSDAELoss  # LABS.md, lab 5
+    plain = loss(encoder, tie=not args.untie, normalisation=args.loss_normalisation,
+                 global_mean=distributed.global_mean)
+    if args.plain or args.decoder_memory == "tokens":
+        return plain, plain
+    return plain, fast.speed_up_tsdae(plain, device)
+
+
+def denoising_pairs(sentences: Sequence[str], encoder: SentenceEncoder,
+                    args: argparse.Namespace) -> tsdae.DenoisingDataset:
+    """The (damaged, original) pairs of the sentences, damaged as the flags say (training's and the held-out's)."""
+    pairs = NoiseOnceDataset if args.noise_once else tsdae.DenoisingDataset  # LABS.md, lab 2
+    return pairs(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise, ratio=args.noise_ratio,
+                 seed=args.seed)
+
+
+def pair_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
+                rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
+    """(damaged, original) pairs in plain shuffled batches, as the reference's DataLoader(shuffle=True) gives them.
+    With --bucketing, batches of similar original length: less work on padding, but the loss is a mean over the
+    batch's tokens, so in a bucketed batch each sentence weighs about 1/B whatever its length. Only bucketing
+    tokenises the whole corpus first (its lengths); plain batches need only the number of sentences."""
+    dataset = denoising_pairs(sentences, encoder, args)
+    lengths = (data.token_lengths(encoder.tokenizer, sentences, encoder.max_length) if args.bucketing
+               else len(sentences))
+    return data.make_loader(dataset, lengths=lengths, collate=tsdae.collate_pairs,
+                            pad_id=encoder.bert.cfg.pad_token_id, batch_size=args.batch_size, seed=args.seed,
+                            device=device, bucketing=args.bucketing, workers=args.workers, rank=rank,
+                            world_size=world)
+
+
+def held_out_signals(kept_out: list[str], objective: tsdae.TSDAELoss, args: argparse.Namespace,
+                     device: torch.device) -> train.HeldOut | None:
+    """--heldout N: the kept-out lines, damaged once, in fixed batches, and the objective as the main process
+    computes it by itself (it alone evaluates)."""
+    if not kept_out:
+        return None
+    encoder = objective.encoder
+    pairs = denoising_pairs(kept_out, encoder, args)
+    batches = data.fixed_batches(pairs, collate=tsdae.collate_pairs, pad_id=encoder.bert.cfg.pad_token_id,
+                                 batch_size=args.batch_size, device=device)
+    return train.HeldOut(distributed.this_process_only(objective), batches, kept_out)
+
+
+def settings(args: argparse.Namespace, plain: tsdae.TSDAELoss, objective: tsdae.TSDAELoss, card: Callable,
+             kept_out: list[str], device: torch.device, steps: int) -> train.TrainSettings:
+    """The run's settings: the reference's AdamW at a constant lr (train.TrainSettings' defaults), the
+    evaluation the flags ask for (with the held-out lines' signals), and the decoder saved beside model/
+    (examples/reconstruct.py reads it)."""
+    decoder = {"objective": type(plain).__name__, "tie": not args.untie, "normalisation": args.loss_normalisation,
+               "base_model": str(args.model or default_model_path()), "seed": args.seed, "noise": args.noise,
+               "noise_ratio": args.noise_ratio, "corpus": str(args.corpus)}
+    save_decoder = lambda run: tsdae.save_decoder(plain, run / "decoder", decoder)
+    heldout = held_out_signals(kept_out, objective, args, device)
+    eval_fn, log_fn = train.training_evaluation(args, heldout)
+    return train.TrainSettings(
+        out=Path(args.out), steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every, resume=args.resume,
         micro_batch=args.micro_batch or 0, eval_every=args.eval_every, eval_fn=eval_fn, log_fn=log_fn,
         keep_best=eval_fn is not None, higher_is_better=evaluate.higher_is_better(args.eval_task), card=card,
-        save_with_model=lambda run: tsdae.save_decoder(plain, run / "decoder", decoder))  # for examples/reconstruct.py
-    if rank == 0:
-        print(f"TSDAE: {len(sentences)} sentences, {steps} steps of {args.batch_size} on {world} x {device}"
-              f"{' (plain path)' if args.plain else ''}; saving to {out}")
-    train.train(encoder, objective, loader, settings, device)
-    if rank == 0:
-        print(f"done: encoder saved to {out / 'model'} ({args.pooling} pooling)")
-    return 0
+        save_with_model=save_decoder)
 
 
 if __name__ == "__main__":

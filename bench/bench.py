@@ -76,11 +76,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-import weights  # noqa: E402
-import cli  # noqa: E402
+from lib import weights  # noqa: E402
+from lib import cli  # noqa: E402
 import consert  # noqa: E402
 import data  # noqa: E402
-import fast  # noqa: E402
+from speedups import fast  # noqa: E402
 import model  # noqa: E402
 import train  # noqa: E402
 import tsdae  # noqa: E402

@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from weights import default_model_path  # noqa: E402
+from lib.weights import default_model_path  # noqa: E402
 
 SMALL_LINES = 20000
 

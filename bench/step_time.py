@@ -20,13 +20,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 
-import fast  # noqa: E402
+from speedups import fast  # noqa: E402
 import train  # noqa: E402
 import tsdae  # noqa: E402
 from bench import LR, SEED, TRAIN_BATCH, TRAIN_MAX_LENGTH, read_sts_train  # noqa: E402
 from evaluate import default_data_dir  # noqa: E402
 from model import SentenceEncoder  # noqa: E402
-from weights import default_model_path  # noqa: E402
+from lib.weights import default_model_path  # noqa: E402
 
 
 def main() -> int:

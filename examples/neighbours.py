@@ -13,8 +13,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-import data  # noqa: E402
-from weights import ModelLoadError, default_model_path  # noqa: E402
+from lib.corpus import read_corpus  # noqa: E402
+from lib.errors import CorpusError  # noqa: E402
+from lib.weights import ModelLoadError, default_model_path  # noqa: E402
 from model import SentenceEncoder  # noqa: E402
 
 
@@ -34,7 +35,7 @@ def main() -> None:
     p.add_argument("--queries", nargs="*", default=None, help="sentences to look up (default: 5 from the corpus)")
     p.add_argument("-k", type=int, default=3, help="neighbours per query and for the label agreement")
     args = p.parse_args()
-    sentences = data.read_corpus(args.corpus)
+    sentences = read_corpus(args.corpus)
     step = max(1, len(sentences) // 5)
     queries = args.queries or sentences[step // 2 :: step][:5]  # spread over the file
     encoder = SentenceEncoder.from_pretrained(args.model or default_model_path())
@@ -47,9 +48,9 @@ def main() -> None:
         for i in ranked:
             print(f"  {row[i]:.3f}  {sentences[i]}")
     if args.labels:
-        labels = data.read_corpus(args.labels)
+        labels = read_corpus(args.labels)
         if len(labels) != len(sentences):
-            raise data.CorpusError(f"{args.labels} has {len(labels)} labels for {len(sentences)} sentences")
+            raise CorpusError(f"{args.labels} has {len(labels)} labels for {len(sentences)} sentences")
         agreement = label_agreement(corpus_vecs @ corpus_vecs.T, labels, args.k)
         print(f"\nlabel agreement of the {args.k} nearest neighbours: {100 * agreement:.1f}%")
 
@@ -57,5 +58,5 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except (data.CorpusError, ModelLoadError) as e:
+    except (CorpusError, ModelLoadError) as e:
         sys.exit(f"error: {e}")

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 import evaluate  # noqa: E402
-from weights import ModelLoadError, default_model_path  # noqa: E402
-from data import load_stsb  # noqa: E402
+from lib.weights import ModelLoadError, default_model_path  # noqa: E402
+from lib.datafiles import load_stsb  # noqa: E402
 from model import SentenceEncoder  # noqa: E402
 
 

@@ -15,8 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-import cli  # noqa: E402
-import data  # noqa: E402
+from lib import cli  # noqa: E402
+from lib.corpus import read_corpus  # noqa: E402
+from lib.errors import CorpusError  # noqa: E402
 import tsdae  # noqa: E402
 from model import SentenceEncoder  # noqa: E402
 
@@ -37,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     trained, settings = tsdae.load_decoder(args.run)
     corpus = args.corpus or settings.get("corpus")
     if not args.sentences and not corpus:
-        raise data.CorpusError(f"{args.run}: its decoder/decoder.json names no corpus; give sentences or --corpus")
-    sentences = args.sentences or spread(data.read_corpus(corpus), args.n)
+        raise CorpusError(f"{args.run}: its decoder/decoder.json names no corpus; give sentences or --corpus")
+    sentences = args.sentences or spread(read_corpus(corpus), args.n)
     systems = {"trained": trained}
     if not args.no_untrained:  # as tsdae.py built it at step 0: the same seed, then the base model, then the decoder
         torch.manual_seed(settings["seed"])

@@ -10,7 +10,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from weights import default_model_path  # noqa: E402
+from lib.weights import default_model_path  # noqa: E402
 
 DATA_DIR = Path(os.environ.get("EVAL_DATA_DIR", ROOT / "data")).resolve()  # as evaluate.default_data_dir
 
@@ -48,7 +48,7 @@ def sts_sentences(data_dir) -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, minilm_path) -> Path:
     """A 2-layer, 32-wide random BERT with MiniLM's vocabulary: training tests run in seconds on it."""
-    import weights
+    from lib import weights
     from model import Bert, BertConfig, SentenceEncoder
 
     cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
@@ -79,7 +79,7 @@ def small_corpus(tmp_path_factory) -> Path:
 def on_path(request):
     """Runs a test on both paths: on_path(encoder) is the encoder itself (plain) or a copy that shares its
     weights and runs fast.PackedBert (fast). on_path.name says which."""
-    import fast
+    from speedups import fast
 
     def convert(encoder):
         return encoder if request.param == "plain" else fast.speed_up_encoder(encoder, torch.device("cpu"))

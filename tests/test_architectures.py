@@ -11,14 +11,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import weights
+from lib import weights
 import consert
 import consert_train
 import data
-import fast
+from speedups import fast
 import tsdae
 import tsdae_train
-from weights import ModelLoadError
+from lib.weights import ModelLoadError
 from model import SentenceEncoder, load_bert, pool
 
 KINDS = ["bert", "distilbert", "roberta", "xlm-roberta", "electra"]

@@ -1,4 +1,4 @@
-"""assignments.py: each exercise is marked in the code, its student copy is blanked, and its grading tests fail on
+"""course/assignments.py: each exercise is marked in the code, its student copy is blanked, and its grading tests fail on
 the student copy and pass on this solution; the held-back tests stay out of the copy and grade --student runs them."""
 import ast
 import json
@@ -9,7 +9,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import assignments
+from course import assignments
 from conftest import DATA_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ def test_every_exercise_is_marked_once_and_has_tests():
     assert len({(path, name) for _, path, name in functions}) == len(functions)
     text = (ROOT / "ASSIGNMENTS.md").read_text(encoding="utf-8")
     for number, path, name in functions:
-        assert f"python assignments.py grade {number}" in text and name in text, (number, name)
+        assert f"python course/assignments.py grade {number}" in text and name in text, (number, name)
     assert set(assignments.HELD_BACK) == set(assignments.TESTS)
     public = {t.split("[")[0] for tests in assignments.TESTS.values() for t in tests}
     for test in (t for tests in assignments.HELD_BACK.values() for t in tests):
@@ -66,7 +66,7 @@ def test_grading_fails_on_each_student_copy_and_passes_on_the_solution(tmp_path)
         number, repo = item
         numbers = [str(n) for n in assignments.TESTS] if number == "solution" else [str(number)]
         extra = [] if number == "solution" else ["-x"]
-        return number, subprocess.run([sys.executable, str(repo / "assignments.py"), "grade", *numbers, *extra],
+        return number, subprocess.run([sys.executable, str(repo / "course" / "assignments.py"), "grade", *numbers, *extra],
                                       cwd=repo, capture_output=True, text=True, timeout=900,
                                       env={**os.environ, "EVAL_DATA_DIR": str(DATA_DIR)})
 
@@ -83,7 +83,7 @@ HELD_BACK = [test for tests in assignments.HELD_BACK.values() for test in tests]
 
 
 def assignments_command(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "assignments.py"), *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, str(ROOT / "course" / "assignments.py"), *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=900, env={**os.environ, "EVAL_DATA_DIR": str(DATA_DIR)})
 
 

@@ -16,15 +16,16 @@ import numpy as np
 import pytest
 import torch
 
-import cli
+from lib import cli
 import consert
 import consert_train
 import data
+from lib.corpus import hold_out
 import evaluate
 import train
 import tsdae
 import tsdae_train
-import weights
+from lib import weights
 from model import Bert, BertConfig, SentenceEncoder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,7 +177,7 @@ def test_runtime_requirements_do_not_pull_the_test_oracles():
             if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
                 todo.append(normalise(requirement.name))
     assert "huggingface-hub" in wanted and not seen & oracles, seen & oracles
-    for path in [*ROOT.glob("*.py"), *ROOT.glob("examples/*.py")]:
+    for path in [*project_modules().values(), *ROOT.glob("examples/*.py")]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
@@ -184,40 +185,46 @@ def test_runtime_requirements_do_not_pull_the_test_oracles():
                                                    "pytrec_eval") for n in names), path
 
 
+def project_modules() -> dict[str, Path]:
+    """{dotted name: file} of the code outside tests/, bench/ and examples/: the root's files and its folders'."""
+    files = [*ROOT.glob("*.py"), *ROOT.glob("*/*.py")]
+    return {".".join(path.relative_to(ROOT).with_suffix("").parts): path for path in files
+            if path.parent.name not in ("tests", "bench", "examples") and path.name != "__init__.py"}
+
+
 def project_imports(tree: ast.AST, modules: set[str]) -> set[str]:
-    return {n.split(".")[0] for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-            for n in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
-            if n.split(".")[0] in modules}
-
-
-def is_main_block(node: ast.AST) -> bool:
-    """`if __name__ == "__main__":`, a script's entry point: it runs only as `python FILE.py`, never on import."""
-    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
-            and getattr(node.test.left, "id", None) == "__name__")
+    """The project modules `tree` imports: `import data`, `from lib import cli`, `from lib.errors import X`."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found & modules
 
 
 def test_the_import_graph_has_layers_and_no_cycle():
-    """What importing a module imports: no cycle; the two methods import only the layers below them (model, data,
-    the weights' files) and sit at the same height, as do their experiments; `python tsdae.py` and `python
-    consert.py` hand their command line to the experiment beside them, and to nothing else."""
-    modules = {path.stem for path in ROOT.glob("*.py")}
-    graph, entry = {}, {}
-    for name in modules:
-        tree = ast.parse((ROOT / f"{name}.py").read_text(encoding="utf-8"))
-        mains = [node for node in tree.body if is_main_block(node)]
-        tree.body = [node for node in tree.body if not is_main_block(node)]
-        graph[name], entry[name] = project_imports(tree, modules), project_imports(ast.Module(mains, []), modules)
+    """What importing a module imports, `if __name__ == "__main__":` blocks included: no cycle; the two methods
+    import only model.py, data.py and lib/; lib/ imports only lib/; `python tsdae.py` and `python consert.py` run
+    the experiment beside them as the script, without importing it."""
+    files = project_modules()
+    graph = {name: project_imports(ast.parse(path.read_text(encoding="utf-8")), set(files))
+             for name, path in files.items()}
 
     def height(name: str, path: tuple[str, ...] = ()) -> int:
         assert name not in path, " -> ".join(path + (name,))  # a cycle
         return 1 + max((height(other, path + (name,)) for other in graph[name]), default=0)
 
-    heights = {name: height(name) for name in modules}
+    heights = {name: height(name) for name in files}
+    for name in files:
+        if name.startswith("lib."):
+            assert all(other.startswith("lib.") for other in graph[name]), (name, graph[name])
     for method in ("tsdae", "consert"):
-        assert graph[method] <= {"model", "data", "weights"}, (method, graph[method])
-        assert entry[method] == {"cli", f"{method}_train"}, (method, entry[method])
+        assert {m for m in graph[method] if not m.startswith("lib.")} <= {"model", "data"}, (method, graph[method])
         assert method in graph[f"{method}_train"]
-    assert heights["tsdae"] == heights["consert"] and heights["tsdae_train"] == heights["consert_train"], heights
+        assert f'runpy.run_module("{method}_train", run_name="__main__")' in files[method].read_text(encoding="utf-8")
+    assert heights["tsdae"] == heights["consert"], heights
+    assert len(list(ROOT.glob("*.py"))) <= 9  # the root is the reading path
 
 
 # ---------------------------------------------------------------- examples/plot_log.py
@@ -319,13 +326,13 @@ def test_best_and_patience_honour_the_scores_direction(higher_is_better, tiny_mo
 
 def test_hold_out_keeps_the_same_lines_out_of_every_run():
     items = [f"line {i}" for i in range(100)]
-    kept, held = data.hold_out(items, 10)
+    kept, held = hold_out(items, 10)
     assert len(held) == 10 and sorted(kept + held) == sorted(items) and not set(kept) & set(held)
     assert kept == [x for x in items if x in kept] and held == [x for x in items if x in held]  # file order
-    assert data.hold_out(items, 10) == (kept, held)  # its own generator: the same lines whatever the run's --seed
-    assert data.hold_out(items, 0) == (items, [])
+    assert hold_out(items, 10) == (kept, held)  # its own generator: the same lines whatever the run's --seed
+    assert hold_out(items, 0) == (items, [])
     with pytest.raises(cli.UsageError, match="--heldout 100: the data has 100 lines"):
-        data.hold_out(items, 100)
+        hold_out(items, 100)
 
 
 def test_the_heldout_loss_fixes_every_draw_and_leaves_the_runs_random_state(minilm_path, small_corpus):
@@ -339,7 +346,7 @@ def test_the_heldout_loss_fixes_every_draw_and_leaves_the_runs_random_state(mini
     batches = data.fixed_batches(consert.SentenceDataset(sentences, encoder.tokenizer, 64),
                                  collate=consert.collate_sentences, pad_id=0, batch_size=6, device=torch.device("cpu"))
     assert [len(b["input_ids"]) for b in batches] == [6, 6, 4]
-    heldout = evaluate.HeldOut(objective, batches, sentences, seed=3)
+    heldout = train.HeldOut(objective, batches, sentences, seed=3)
     objective.eval()
     before = torch.get_rng_state()
     first = heldout.loss()
@@ -375,7 +382,7 @@ def test_heldout_alone_selects_on_the_heldout_loss(script, tiny_model_dir, small
     module.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(out), "--steps", "9",
                  "--batch-size", "4", "--lr", "1e-2", "--heldout", "4", "--eval-every", "1"])
     lines = small_corpus.read_text().splitlines()
-    assert len(trained[0]) == 12 and set(trained[0]) == set(lines) - set(data.hold_out(lines, 4)[1])
+    assert len(trained[0]) == 12 and set(trained[0]) == set(lines) - set(hold_out(lines, 4)[1])
     records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert all("eval" in r and "heldout-uniformity" in r for r in records)
     losses = {r["step"]: r["eval"] for r in records}

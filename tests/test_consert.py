@@ -17,6 +17,9 @@ import data
 import train
 from consert import ConSERTLoss, View, nt_xent
 from model import SentenceEncoder, pool
+from lib.corpus import read_corpus
+from lib import datafiles
+from lib import errors
 
 ROOT = Path(__file__).resolve().parent.parent
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -274,7 +277,7 @@ def test_nt_xent_by_hand_on_orthogonal_views_and_its_symmetries():
 
 
 def test_adversarial_view_raises_the_supervised_loss_and_has_the_given_norm(minilm, data_dir):
-    pairs = consert_train.read_nli(data_dir / "sick" / "SICK_trial.txt")[:8]
+    pairs = datafiles.read_nli(data_dir / "sick" / "SICK_trial.txt")[:8]
     obj = objective(minilm, ("none", 0), ("adversarial", 0), nli_classes=3, adv_norm=1e-2)
     b = consert.collate_nli([consert.NLIDataset(pairs, minilm.tokenizer, 64)[(0, i)] for i in range(8)])
     premise_mask = b["premise_mask"]
@@ -330,20 +333,20 @@ def test_last_two_layers_mean_equals_hf_hidden_states(minilm, hf_minilm, sts_sen
 
 
 def test_sts_corpus_is_the_official_89192_sentences(data_dir):
-    sentences = consert_train.sts_corpus(data_dir)
+    sentences = datafiles.sts_corpus(data_dir)
     assert len(sentences) == 89192 and all(s.strip() == s and s for s in sentences)
 
 
 def test_nli_readers(tmp_path, data_dir):
-    sick = consert_train.read_nli(data_dir / "sick" / "SICK_train.txt")
+    sick = datafiles.read_nli(data_dir / "sick" / "SICK_train.txt")
     assert len(sick) == 4500 and {label for *_, label in sick} == {0, 1, 2}
-    assert len(consert_train.read_nli(data_dir / "sick" / "SICK.txt")) == 9840  # the full release: entailment_label
-    snli = consert_train.read_nli(data_dir / "nli" / "snli_dev.jsonl")
+    assert len(datafiles.read_nli(data_dir / "sick" / "SICK.txt")) == 9840  # the full release: entailment_label
+    snli = datafiles.read_nli(data_dir / "nli" / "snli_dev.jsonl")
     assert len(snli) == 9842
     f = tmp_path / "raw.jsonl"  # SNLI's own field names; '-' = no gold label, skipped
     f.write_text('{"sentence1": "a", "sentence2": "b", "gold_label": "neutral"}\n\n'
                  '{"sentence1": "c", "sentence2": "d", "gold_label": "-"}\n', encoding="utf-8")
-    assert consert_train.read_nli(f) == [("a", "b", consert.NLI_LABELS["neutral"])]
+    assert datafiles.read_nli(f) == [("a", "b", datafiles.NLI_LABELS["neutral"])]
 
 
 @pytest.mark.parametrize("content, message", [
@@ -357,8 +360,8 @@ def test_nli_readers(tmp_path, data_dir):
 def test_bad_nli_file_gets_a_clear_error(content, message, tmp_path):
     nli = tmp_path / "nli.jsonl"
     nli.write_bytes(content)
-    with pytest.raises(data.CorpusError) as err:
-        consert_train.read_nli(nli)
+    with pytest.raises(errors.CorpusError) as err:
+        datafiles.read_nli(nli)
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -410,7 +413,7 @@ def test_fusion_strategies_train_on_sick(strategy, tiny_model_dir, small_corpus,
 
 def test_joint_loss_is_supervised_plus_weighted_contrastive(tiny_model_dir, data_dir):
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean")
-    pairs = consert_train.read_nli(data_dir / "sick" / "SICK_trial.txt")[6:12]  # pairs 8 and 11: the same premise
+    pairs = datafiles.read_nli(data_dir / "sick" / "SICK_trial.txt")[6:12]  # pairs 8 and 11: the same premise
     b = consert.collate_nli([consert.NLIDataset(pairs, encoder.tokenizer, 64)[(0, i)] for i in range(6)])
     joint = objective(encoder, ("none", 0), ("none", 0), nli_classes=3, joint=True, cl_weight=0.5)
     sup = objective(encoder, nli_classes=3)
@@ -476,7 +479,7 @@ def test_eval_data_keeps_the_best_dev_checkpoint(tiny_model_dir, small_corpus, d
 ])
 def test_bad_input_stops_before_training(args, message, tmp_path, small_corpus, tiny_model_dir):
     paths = {"missing": tmp_path / "nope.txt", "tmp": tmp_path, "corpus": small_corpus}
-    with pytest.raises(data.UsageError, match=message):
+    with pytest.raises(errors.UsageError, match=message):
         consert_train.main([a.format(**paths) for a in args] + ["--model", str(tiny_model_dir), "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
 
@@ -528,7 +531,7 @@ def test_cli_on_default_model_writes_a_sentence_transformers_model(tmp_path, sts
 def test_default_batches_are_a_uniform_shuffle_not_length_buckets(tiny_model_dir, data_dir):
     """The official loader is DataLoader(shuffle=True): within a batch, sentence lengths spread as in a random
     draw. Length buckets (--bucketing) make the batch's sentences nearly equal in length."""
-    sentences = consert_train.sts_corpus(data_dir)[:4800]
+    sentences = datafiles.sts_corpus(data_dir)[:4800]
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
     lengths = torch.tensor(data.token_lengths(encoder.tokenizer, sentences, 64), dtype=torch.float)
 
@@ -594,7 +597,7 @@ def test_each_strategy_gets_the_official_scripts_settings(strategy, expected):
 
 def test_nli_classifier_reads_u_v_abs_difference_and_max_squared(tiny_model_dir, data_dir):
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean")
-    pairs = consert_train.read_nli(data_dir / "sick" / "SICK_trial.txt")[:4]
+    pairs = datafiles.read_nli(data_dir / "sick" / "SICK_trial.txt")[:4]
     b = consert.collate_nli([consert.NLIDataset(pairs, encoder.tokenizer, 64)[(0, i)] for i in range(4)])
     d = encoder.bert.cfg.hidden_size
     for features, width in (("u,v,|u-v|,max(u,v)^2", 4 * d), ("u,v,|u-v|", 3 * d)):
@@ -625,7 +628,7 @@ def test_early_stopping_after_patience_evaluations_without_a_better_score(tiny_m
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
     obj = objective(encoder, ("shuffle", 0.0), ("feature_cutoff", 0.2))
     args = consert_train.parse_args(["--corpus", str(small_corpus), "--batch-size", "4"])  # 16 sentences: 4 steps
-    loader = consert_train.stage_loader(consert_train.stages(args)[0], data.read_corpus(small_corpus), encoder, args,
+    loader = consert_train.stage_loader(consert_train.stages(args)[0], read_corpus(small_corpus), encoder, args,
                                        torch.device("cpu"))
     settings = train.TrainSettings(out=tmp_path, steps=100, lr=1e-4, eval_every=2, eval_fn=eval_fn, keep_best=True,
                                    patience=2)

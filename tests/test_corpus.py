@@ -1,4 +1,4 @@
-"""A corpus larger than memory: data.open_corpus gives read_corpus's lines from their byte offsets, in DataLoader
+"""A corpus larger than memory: open_corpus gives read_corpus's lines from their byte offsets, in DataLoader
 workers too; plain batches need no token lengths, and neither the batches nor the model card change."""
 import pickle
 
@@ -6,10 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-import card
+from lib import card
 import consert_train
 import data
 import tsdae_train
+from lib import corpus as lib_corpus
+from lib.corpus import BLOCK_BYTES, Corpus, hold_out, open_corpus, read_corpus
+from lib import errors
 
 AWKWARD_FILES = {
     "blank lines and spaces": b"\n\n  first  line \n   \n\t\nsecond\tline\n\n",
@@ -22,14 +25,14 @@ AWKWARD_FILES = {
 
 @pytest.mark.parametrize("bad_bytes", ["skip", "replace"])
 @pytest.mark.parametrize("name", AWKWARD_FILES)
-@pytest.mark.parametrize("block_bytes", [3, data.BLOCK_BYTES])  # 3: lines (and a \r\n) cut across blocks
+@pytest.mark.parametrize("block_bytes", [3, BLOCK_BYTES])  # 3: lines (and a \r\n) cut across blocks
 def test_the_lazy_corpus_reads_what_read_corpus_reads(name, bad_bytes, block_bytes, tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(lib_corpus, "BLOCK_BYTES", block_bytes)
     path = tmp_path / "corpus.txt"
     path.write_bytes(AWKWARD_FILES[name])
-    expected = data.read_corpus(path, bad_bytes)
-    corpus = data.open_corpus(path, bad_bytes)
-    assert isinstance(corpus, data.Corpus) and len(corpus) == len(expected)
+    expected = read_corpus(path, bad_bytes)
+    corpus = open_corpus(path, bad_bytes)
+    assert isinstance(corpus, Corpus) and len(corpus) == len(expected)
     assert list(corpus) == [corpus[i] for i in range(len(corpus))] == corpus[:] == expected
     assert corpus[-1] == expected[-1] and corpus[1:3] == expected[1:3] and corpus[::2] == expected[::2]
 
@@ -37,12 +40,12 @@ def test_the_lazy_corpus_reads_what_read_corpus_reads(name, bad_bytes, block_byt
 def test_a_bad_line_stops_the_scan_with_its_line_number(tmp_path, monkeypatch):
     path = tmp_path / "corpus.txt"
     path.write_bytes(b"good\n\n" * 1000 + b"still good\r\nbad \xff\n")
-    for block_bytes in (5, data.BLOCK_BYTES):
-        monkeypatch.setattr(data, "BLOCK_BYTES", block_bytes)
-        with pytest.raises(data.CorpusError, match="line 2002 is not valid UTF-8; fix the file or pass --bad-lines"):
-            data.open_corpus(path)
-        with pytest.raises(data.CorpusError, match="line 2002 is not valid UTF-8"):
-            data.read_corpus(path)
+    for block_bytes in (5, BLOCK_BYTES):
+        monkeypatch.setattr(lib_corpus, "BLOCK_BYTES", block_bytes)
+        with pytest.raises(errors.CorpusError, match="line 2002 is not valid UTF-8; fix the file or pass --bad-lines"):
+            open_corpus(path)
+        with pytest.raises(errors.CorpusError, match="line 2002 is not valid UTF-8"):
+            read_corpus(path)
 
 
 @pytest.mark.parametrize("content, message", [
@@ -58,19 +61,19 @@ def test_what_is_not_a_text_file_gets_read_corpus_errors(content, message, tmp_p
         path.mkdir()
     elif content is not None:
         path.write_bytes(content)
-    with pytest.raises(data.CorpusError, match=message):
-        data.open_corpus(path)
+    with pytest.raises(errors.CorpusError, match=message):
+        open_corpus(path)
 
 
 def test_utf16_with_its_byte_order_mark_is_read_into_memory(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text("héllo wörld\r\nsecond line\n", encoding="utf-16")
-    assert data.open_corpus(path) == data.read_corpus(path) == ["héllo wörld", "second line"]
+    assert open_corpus(path) == read_corpus(path) == ["héllo wörld", "second line"]
 
 
 def test_a_corpus_reads_in_dataloader_workers_and_pickles_without_its_file(small_corpus):
-    corpus = data.open_corpus(small_corpus)
-    expected = data.read_corpus(small_corpus)
+    corpus = open_corpus(small_corpus)
+    expected = read_corpus(small_corpus)
     assert corpus[0] == expected[0]  # the file is open in this process now: forked workers must open their own
     unpickled = pickle.loads(pickle.dumps(corpus))
     assert unpickled._file is None and list(unpickled) == expected
@@ -81,19 +84,19 @@ def test_a_corpus_reads_in_dataloader_workers_and_pickles_without_its_file(small
 def test_a_file_changed_after_the_scan_is_refused(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text("one\ntwo\n")
-    corpus = data.open_corpus(path)
+    corpus = open_corpus(path)
     path.write_text("one\ntwo\nthree\n")
-    with pytest.raises(data.CorpusError, match="changed after it was read"):
+    with pytest.raises(errors.CorpusError, match="changed after it was read"):
         corpus[0]
 
 
 def test_hold_out_of_a_corpus_keeps_the_text_on_disk(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text("".join(f"line {i}\n\n" for i in range(100)))
-    corpus, lines = data.open_corpus(path), data.read_corpus(path)
-    kept, held = data.hold_out(corpus, 10)
-    assert isinstance(kept, data.Corpus) and (kept[:], held) == data.hold_out(lines, 10)
-    assert data.hold_out(corpus, 0) == (corpus, [])
+    corpus, lines = open_corpus(path), read_corpus(path)
+    kept, held = hold_out(corpus, 10)
+    assert isinstance(kept, Corpus) and (kept[:], held) == hold_out(lines, 10)
+    assert hold_out(corpus, 0) == (corpus, [])
 
 
 def test_plain_batches_are_those_of_the_lengths_computed_before():
@@ -130,7 +133,7 @@ def test_the_card_fingerprint_of_a_corpus_is_that_of_its_lines(tmp_path):
     (over more lines than one read of the stream, 10,000, holds)."""
     path = tmp_path / "corpus.txt"
     path.write_text("".join(f"  sentence\tnumber {i} é\r\n" + "\n" * (i % 3) for i in range(25000)), encoding="utf-8")
-    corpus = data.open_corpus(path)
-    assert card.corpus_fingerprint(corpus) == card.corpus_fingerprint(data.read_corpus(path))
-    kept, _ = data.hold_out(corpus, 5)
-    assert card.corpus_fingerprint(kept) == card.corpus_fingerprint(data.hold_out(data.read_corpus(path), 5)[0])
+    corpus = open_corpus(path)
+    assert card.corpus_fingerprint(corpus) == card.corpus_fingerprint(read_corpus(path))
+    kept, _ = hold_out(corpus, 5)
+    assert card.corpus_fingerprint(kept) == card.corpus_fingerprint(hold_out(read_corpus(path), 5)[0])

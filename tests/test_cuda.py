@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import consert
 import data
-import fast
+from speedups import fast
 import tsdae
 from model import SentenceEncoder
 

@@ -8,7 +8,7 @@ import pytest
 
 import data
 import train
-from weights import read_safetensors
+from lib.weights import read_safetensors
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import download
+from lib import download
 import evaluate
 
 CORPUS = "askubuntu/text_tokenized.txt.gz"  # not in the shared data folder (its checksum is unknown)

@@ -12,9 +12,10 @@ import torch
 from scipy.stats import spearmanr
 from sklearn.metrics import average_precision_score
 
-import cli
+from lib import cli
 import evaluate as ev
-from data import UsageError
+from lib.errors import UsageError
+from lib import datafiles
 
 ASKUBUNTU_TINY = Path(__file__).resolve().parent / "data" / "askubuntu_tiny"
 
@@ -128,7 +129,7 @@ def test_twitterpara_label_rules(data_dir):
     pit = ev.load_pit2015(data_dir / "twitterpara" / "test.data")
     assert len(pit) == 838 and sum(p[2] for p in pit) == 175  # 972 less 134 debatable (expert score 3)
     # the expert-score rule gives the official test.label split: true -> 1, false -> 0, ---- -> dropped
-    official = [line.split("\t")[0] for line in ev.read_lines(data_dir / "twitterpara" / "test.label")]
+    official = [line.split("\t")[0] for line in datafiles.read_lines(data_dir / "twitterpara" / "test.label")]
     assert [p[2] for p in pit] == [int(x == "true") for x in official if x != "----"]
 
 

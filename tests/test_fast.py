@@ -8,9 +8,10 @@ import torch.nn.functional as F
 
 import consert
 import data
-import fast
+from speedups import fast
 import tsdae
 from model import MultiHeadAttention, SentenceEncoder, attention, load_bert
+from lib.corpus import read_corpus
 
 CPU = torch.device("cpu")
 
@@ -158,7 +159,7 @@ def test_word_matrix_gradient_is_summed_without_vocabulary_sized_temporaries(tin
     from torch.profiler import profile
 
     obj = fast.speed_up_tsdae(tsdae.TSDAELoss(SentenceEncoder.from_pretrained(tiny_model_dir, pooling="cls")), CPU)
-    ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
+    ds = tsdae.DenoisingDataset(read_corpus(small_corpus), obj.encoder.tokenizer, 64)
     batch = tsdae.collate_pairs([ds[(0, i)] for i in range(8)])
     word = obj.decoder.embeddings.word
     assert obj.encoder.bert.embeddings.word is word  # tied: one module, both lookups sparse

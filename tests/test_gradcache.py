@@ -7,8 +7,8 @@ import torch
 
 import consert
 import consert_train
-import gradcache
-import weights
+from speedups import gradcache
+from lib import weights
 from model import Bert, BertConfig, SentenceEncoder
 
 # every view but the adversarial one, each in some pair; ConSERT's official unsupervised pair first

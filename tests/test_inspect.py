@@ -7,6 +7,7 @@ import os
 import re
 import runpy
 import shlex
+import shutil
 import subprocess
 import sys
 from itertools import combinations
@@ -16,10 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-import cli
+from lib import cli
 import evaluate
-from card import PAPERS, ModelCard, corpus_fingerprint, model_card_text, write_model_card, yaml_string
-from data import load_stsb
+import train
+import tsdae_train
+from lib.card import PAPERS, ModelCard, corpus_fingerprint, model_card_text, write_model_card, yaml_string
+from lib.datafiles import load_stsb
 from model import SentenceEncoder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -224,7 +227,22 @@ def test_the_front_matter_is_what_the_hub_reads(tmp_path):
     assert meta == {"library_name": "sentence-transformers", "pipeline_tag": "sentence-similarity",
                     "base_model": "bert-base-uncased",
                     "tags": ["sentence-transformers", "sentence-similarity", "feature-extraction", "consert"],
-                    "datasets": ["sentence-transformers/stsb"]}  # no license: none was given
+                    "datasets": ["sentence-transformers/stsb"], "code_license": "mit"}  # no license: none was given
+
+
+def test_a_trained_card_carries_the_base_models_licence_and_the_codes(tmp_path, minilm_path, small_corpus):
+    """The shipped MiniLM's own card says apache-2.0: a model trained from it says so, and that the code is MIT; a
+    base folder without a card leaves the weights' licence out and says to check it."""
+    args = tsdae_train.parse_args(["--corpus", str(small_corpus)])
+    meta = front_matter_of(model_card_text(cli.model_card("TSDAE", tsdae_train.make_parser(), args, [], ["a"],
+                                                          pooling="cls", lr=1e-5)(train.RunState(steps=1))))
+    assert meta["license"] == "apache-2.0" and meta["code_license"] == "mit"
+    bare = tmp_path / "bare"
+    shutil.copytree(minilm_path, bare, ignore=shutil.ignore_patterns("README.md"))
+    args = tsdae_train.parse_args(["--corpus", str(small_corpus), "--model", str(bare)])
+    text = model_card_text(cli.model_card("TSDAE", tsdae_train.make_parser(), args, [], ["a"], pooling="cls",
+                                          lr=1e-5)(train.RunState(steps=1)))
+    assert "license" not in front_matter_of(text) and "its licence was not found" in text
 
 
 def test_no_value_can_break_the_yaml():
@@ -232,7 +250,7 @@ def test_no_value_can_break_the_yaml():
     meta = front_matter_of(model_card_text(card))
     assert meta["tags"][4:] == HOSTILE and meta["datasets"] == HOSTILE[:2]
     assert meta["license"] == HOSTILE[0] and meta["base_model"] == HOSTILE[2]
-    assert set(meta) == {"library_name", "pipeline_tag", "base_model", "tags", "datasets", "license"}
+    assert set(meta) == {"library_name", "pipeline_tag", "base_model", "tags", "datasets", "license", "code_license"}
     for value in HOSTILE:
         assert yaml_string(value).isascii()
 

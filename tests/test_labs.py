@@ -1,4 +1,4 @@
-"""The options of LABS.md, each off by default: the masked token cutoff (lab 1), noise drawn once (lab 2), shared
+"""The labs of LABS.md (labs/), each off by default: the masked token cutoff (lab 1), noise drawn once (lab 2), shared
 dropout masks (lab 3), SimCSE without dropout (lab 4), a decoder that reads the token states (lab 5); and lab 6's
 finding, that the two loss normalisations train alike when every step is clipped."""
 import dataclasses
@@ -11,14 +11,19 @@ import torch.nn as nn
 
 import consert
 import consert_train
-import data
 import train
 import tsdae
 import tsdae_train
 from conftest import losses_with_scrambled_token_states
+from labs.masked_cutoff import MaskedCutoffConSERTLoss, masked_token_cutoff
+from labs.noise_once import NoiseOnceDataset
+from labs.shared_dropout import SharedDropoutConSERTLoss
+from labs.token_memory import TokenMemoryTSDAELoss, TokenStates
 from consert import ConSERTLoss, View
 from model import MultiHeadAttention, SentenceEncoder
-from weights import load_tokenizer
+from lib.weights import load_tokenizer
+from lib.corpus import read_corpus
+from lib import errors
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +40,7 @@ def test_masked_token_cutoff_zeroes_and_masks_out_the_same_int_n_rate_tokens():
     mask = (torch.arange(12)[None, :] < torch.tensor(lengths)[:, None]).long()  # (5, 12)
     x = torch.randn(5, 12, 16)
     for rate in (0.1, 0.3, 0.5, 0.9):
-        y, new_mask = consert.masked_token_cutoff(x, mask, rate)
+        y, new_mask = masked_token_cutoff(x, mask, rate)
         cut = (mask == 1) & (new_mask == 0)  # (B, L)
         assert ((new_mask == 1) <= (mask == 1)).all()  # only real tokens leave the mask
         assert torch.equal((y == 0).all(-1), cut)  # the zeroed rows are exactly the masked-out ones
@@ -47,17 +52,17 @@ def test_masked_token_cutoff_zeroes_and_masks_out_the_same_int_n_rate_tokens():
 def test_a_masked_cut_token_is_neither_attended_to_nor_pooled(tiny_model_dir, path):
     """The view's vector of a sentence is that of the sentence without its cut tokens (the others keep their
     positions); the official token_cutoff's is not."""
-    import fast
+    from speedups import fast
 
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean")
     encoder = encoder if path == "plain" else fast.speed_up_encoder(encoder, torch.device("cpu"))
-    obj = ConSERTLoss(encoder, (View("none"), View("token_cutoff_masked", 0.4))).eval()
+    obj = MaskedCutoffConSERTLoss(encoder, (View("none"), View("token_cutoff_masked", 0.4))).eval()
     ids = torch.randint(1000, 2000, (2, 10))
     mask = torch.ones(2, 10, dtype=torch.long)
     mask[1, 6:] = 0
     with torch.no_grad():
         torch.manual_seed(6)
-        _, kept = consert.masked_token_cutoff(torch.zeros(2, 10, 1), mask, 0.4)
+        _, kept = masked_token_cutoff(torch.zeros(2, 10, 1), mask, 0.4)
         for name in ("token_cutoff_masked", "token_cutoff"):
             torch.manual_seed(6)  # encode draws the same cut
             z = obj.encode(ids, mask, View(name, 0.4))  # (2, d)
@@ -76,7 +81,7 @@ def test_a_masked_cut_token_is_neither_attended_to_nor_pooled(tiny_model_dir, pa
 
 def test_noise_once_gives_every_epoch_the_same_damaged_sentence(minilm_path, sts_sentences):
     tokenizer = load_tokenizer(Path(minilm_path))
-    once = tsdae.DenoisingDataset(sts_sentences, tokenizer, 75, seed=3, noise_once=True)
+    once = NoiseOnceDataset(sts_sentences, tokenizer, 75, seed=3)
     assert [once[(0, i)] for i in range(20)] == [once[(1, i)] for i in range(20)] == [once[(7, i)] for i in range(20)]
     assert len({tuple(once[(0, i)][0]) for i in range(20)}) == 20  # still each sentence its own noise
     fresh = tsdae.DenoisingDataset(sts_sentences, tokenizer, 75, seed=3)  # the default: new noise each epoch
@@ -99,8 +104,9 @@ def with_dropout(model_dir, p: float = 0.1) -> SentenceEncoder:
 @pytest.mark.parametrize("shared", [False, True])
 def test_shared_dropout_makes_the_two_simcse_views_one_tensor(tiny_model_dir, small_corpus, shared, monkeypatch):
     encoder = with_dropout(tiny_model_dir)
-    obj = ConSERTLoss(encoder, (View("simcse"), View("simcse")), shared_dropout=shared).train()
-    items = [consert.SentenceDataset(data.read_corpus(small_corpus), encoder.tokenizer, 64)[(0, i)] for i in range(8)]
+    objective = SharedDropoutConSERTLoss if shared else ConSERTLoss
+    obj = objective(encoder, (View("simcse"), View("simcse"))).train()
+    items = [consert.SentenceDataset(read_corpus(small_corpus), encoder.tokenizer, 64)[(0, i)] for i in range(8)]
     batch = consert.collate_sentences(items)
     seen = []
     loss = obj.contrastive_loss
@@ -116,7 +122,7 @@ def test_shared_dropout_makes_the_two_simcse_views_one_tensor(tiny_model_dir, sm
 def test_shared_dropout_is_for_two_simcse_views_only(tiny_model_dir, capsys):
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
     with pytest.raises(ValueError, match="simcse and simcse"):
-        ConSERTLoss(encoder, (View("simcse"), View("shuffle")), shared_dropout=True)
+        SharedDropoutConSERTLoss(encoder, (View("simcse"), View("shuffle")))
     args = consert_train.parse_args(["--corpus", "x", "--view1", "simcse", "--view2", "simcse", "--shared-dropout"])
     assert args.shared_dropout and consert_train.stages(args)[0].dropout
     with pytest.raises(SystemExit):
@@ -136,7 +142,7 @@ def test_simcse_without_dropout_is_two_none_views_with_the_dropout_off():
 
 
 def test_a_token_memory_decoder_reads_every_real_token_state_and_no_padding(tiny_model_dir):
-    decoder = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(tiny_model_dir)).eval().decoder
+    decoder = TokenMemoryTSDAELoss(SentenceEncoder.from_pretrained(tiny_model_dir)).eval().decoder
     torch.manual_seed(7)
     ids, states = torch.randint(1000, 2000, (2, 8)), torch.randn(2, 6, 32)  # 8 decoder tokens, 6 encoder states
     mask = torch.ones(2, 6, dtype=torch.long)
@@ -145,9 +151,9 @@ def test_a_token_memory_decoder_reads_every_real_token_state_and_no_padding(tiny
     padding_changed[1, 4:] += 5.0
     real_changed[:, 2] += 1.0
     with torch.no_grad():
-        out = decoder(ids, None, token_states=states, token_mask=mask)  # (2, 8, d)
-        torch.testing.assert_close(decoder(ids, None, token_states=padding_changed, token_mask=mask), out)
-        moved = decoder(ids, None, token_states=real_changed, token_mask=mask) - out
+        out = decoder(ids, TokenStates(states, mask))  # (2, 8, d)
+        torch.testing.assert_close(decoder(ids, TokenStates(padding_changed, mask)), out)
+        moved = decoder(ids, TokenStates(real_changed, mask)) - out
     assert moved.abs().amax(-1).min() > 1e-4  # every position of every sentence reads token 2
 
 
@@ -155,17 +161,19 @@ def test_the_token_memory_loss_reads_the_states_the_vector_loss_never_sees(tiny_
     """With CLS pooling the vector loss ignores every encoder output but position 0 (test_tsdae.py); the token
     memory loss reads them all, through a cross-attention memory of shape (B, Ld, d)."""
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="cls")
-    obj = tsdae.TokenMemoryTSDAELoss(encoder).eval()
-    ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), encoder.tokenizer, 64)
+    obj = TokenMemoryTSDAELoss(encoder).eval()
+    ds = tsdae.DenoisingDataset(read_corpus(small_corpus), encoder.tokenizer, 64)
     batch = tsdae.collate_pairs([ds[(0, i)] for i in range(4)])
     memories = []
     obj.decoder.layers[0].cross_attn.register_forward_pre_hook(
-        lambda module, args, kwargs: memories.append(kwargs["memory"].shape), with_kwargs=True)
+        lambda module, args, kwargs: memories.append(kwargs["memory"].states.shape), with_kwargs=True)
     losses = losses_with_scrambled_token_states(obj, batch)
     assert memories[0] == (4, batch["damaged_ids"].shape[1], 32)
     assert abs(losses[0] - losses[1]) > 1e-3
-    vector = tsdae.TSDAELoss(encoder).eval()
-    vector.decoder = obj.decoder  # the same weights, the memory of one vector
+    vector = tsdae.TSDAELoss(encoder).eval()  # the same weights, the memory of one vector
+    vector.decoder.lm_head = obj.decoder.lm_head
+    for mine, lab in zip(vector.decoder.layers, obj.decoder.layers):
+        mine.cross_attn = lab.cross_attn.attn
     with torch.no_grad():
         assert abs(vector(batch).item() - losses[0]) > 1e-4
 
@@ -183,11 +191,11 @@ def test_the_lab_flags_train(tiny_model_dir, small_corpus, tmp_path, monkeypatch
     tsdae_train.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
                       "--steps", "2", "--batch-size", "4", "--save-every", "0", "--decoder-memory", "tokens",
                       "--noise-once"])
-    assert type(seen["objective"]) is tsdae.TokenMemoryTSDAELoss
-    assert type(seen["objective"].decoder) is tsdae.TSDAEDecoder and seen["dataset"].noise_once
+    assert type(seen["objective"]) is TokenMemoryTSDAELoss
+    assert type(seen["objective"].decoder) is tsdae.TSDAEDecoder and type(seen["dataset"]) is NoiseOnceDataset
     log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert len(log) == 2 and all(torch.isfinite(torch.tensor(r["loss"])) for r in log)
-    with pytest.raises(data.UsageError, match="token states"):
+    with pytest.raises(errors.UsageError, match="trained by TokenMemoryTSDAELoss"):
         tsdae.load_decoder(tmp_path)
 
 

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import data
-import fast
-from weights import ModelLoadError, load_tokenizer, read_safetensors, write_safetensors
+from speedups import fast
+from lib.weights import ModelLoadError, load_tokenizer, read_safetensors, write_safetensors
 from model import Bert, BertConfig, MultiHeadAttention, SentenceEncoder, attention, load_bert, pool
 
 
@@ -174,7 +174,7 @@ def test_save_is_atomic(minilm, tmp_path, monkeypatch):
     def crash(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("weights.write_safetensors", crash)
+    monkeypatch.setattr("lib.weights.write_safetensors", crash)
     with pytest.raises(KeyboardInterrupt):
         minilm.save_pretrained(out)
     assert (out / "model.safetensors").read_bytes() == before

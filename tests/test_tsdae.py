@@ -13,18 +13,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import consert_train
 import data
-import fast
+from speedups import fast
 import train
 import tsdae
 import tsdae_train
-import weights
-from weights import load_tokenizer
+from lib import weights
+from lib.weights import load_tokenizer
 from model import Bert, BertConfig, SentenceEncoder
 from conftest import losses_with_scrambled_token_states
 from train import TrainingStopped
 from tsdae import TSDAELoss
+from lib.corpus import read_corpus
+from lib import datafiles
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -131,7 +132,7 @@ def test_untied_decoder_is_a_separate_copy(tiny_model_dir):
 
 
 def test_a_step_changes_encoder_and_decoder_together(tiny_objective, small_corpus):
-    sentences = data.read_corpus(small_corpus)
+    sentences = read_corpus(small_corpus)
     ds = tsdae.DenoisingDataset(sentences, tiny_objective.encoder.tokenizer, 64)
     w = tiny_objective.decoder.layers[0].ffn.up.weight
     before = w.detach().clone()
@@ -145,7 +146,7 @@ def test_a_step_changes_encoder_and_decoder_together(tiny_objective, small_corpu
 def test_decoder_sees_only_the_cls_vector(tiny_objective_on_path, small_corpus):
     """Change every encoder output except position 0: with CLS pooling the logits must not move."""
     obj = tiny_objective_on_path.eval()
-    ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
+    ds = tsdae.DenoisingDataset(read_corpus(small_corpus), obj.encoder.tokenizer, 64)
     batch = tsdae.collate_pairs([ds[(0, i)] for i in range(4)])
     unchanged, scrambled = losses_with_scrambled_token_states(obj, batch)
     assert unchanged == scrambled
@@ -153,11 +154,11 @@ def test_decoder_sees_only_the_cls_vector(tiny_objective_on_path, small_corpus):
 
 def test_loss_is_the_cross_entropy_over_real_label_tokens(tiny_objective_on_path, small_corpus):
     obj = tiny_objective_on_path.eval()
-    ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
+    ds = tsdae.DenoisingDataset(read_corpus(small_corpus), obj.encoder.tokenizer, 64)
     b = tsdae.collate_pairs([ds[(0, i)] for i in range(6)])
     with torch.no_grad():
         loss = obj(b)
-        states = obj.decoder(b["original_ids"][:, :-1], obj.encoder(b["damaged_ids"], b["damaged_mask"]))
+        states = obj.decoder(b["original_ids"][:, :-1], obj.encoder(b["damaged_ids"], b["damaged_mask"])[:, None, :])
         logits = obj.decoder.logits(states)  # every position, pads included
         full = F.cross_entropy(logits.flatten(0, 1), b["original_ids"][:, 1:].flatten(), ignore_index=0)
     assert abs(loss.item() - full.item()) < 1e-5
@@ -173,7 +174,7 @@ def test_decoder_is_causal_and_every_position_reads_the_sentence_vector(tiny_obj
     the states from 5 on must. Change the sentence vector: every position's state must move."""
     decoder = tiny_objective.eval().decoder
     torch.manual_seed(7)
-    ids, vector = torch.randint(1000, 2000, (2, 8)), torch.randn(2, 32)
+    ids, vector = torch.randint(1000, 2000, (2, 8)), torch.randn(2, 1, 32)  # the memory: one vector a sentence
     later = ids.clone()
     later[:, 5:] += 1
     with torch.no_grad():
@@ -188,7 +189,7 @@ def test_the_batch_loss_is_its_sentences_losses_weighted_by_their_label_tokens(t
     token normalisation weights each sentence's loss by its label tokens; sentence normalisation averages the
     sentences' summed losses."""
     obj = tiny_objective_on_path.eval()
-    ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
+    ds = tsdae.DenoisingDataset(read_corpus(small_corpus), obj.encoder.tokenizer, 64)
     pairs = [ds[(0, i)] for i in range(5)]
     batch, alone = tsdae.collate_pairs(pairs), [tsdae.collate_pairs([pair]) for pair in pairs]
     tokens = [int(b["original_mask"][:, 1:].sum()) for b in alone]
@@ -219,7 +220,7 @@ def test_micro_batches_give_the_whole_batchs_loss_and_gradients(tiny_objective_o
     tokens (or sentences), give the whole batch's loss and every gradient; averaging the parts' losses would not."""
     obj = tiny_objective_on_path.eval()
     obj.normalisation = normalisation
-    ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), obj.encoder.tokenizer, 64)
+    ds = tsdae.DenoisingDataset(read_corpus(small_corpus), obj.encoder.tokenizer, 64)
     batch = tsdae.collate_pairs([ds[(0, i)] for i in range(11)])
     whole = gradients_in_parts(obj, batch, 0)
     for size in (1, 4, 5):
@@ -244,7 +245,7 @@ def test_micro_batches_drop_out_like_the_whole_batch(minilm_path, small_corpus, 
                      max_position_embeddings=128, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
     encoder = SentenceEncoder(Bert(cfg), weights.load_tokenizer(Path(minilm_path)), "cls", 64)
     obj = TSDAELoss(encoder).train()
-    ds = tsdae.DenoisingDataset(data.read_corpus(small_corpus), encoder.tokenizer, 64)
+    ds = tsdae.DenoisingDataset(read_corpus(small_corpus), encoder.tokenizer, 64)
     batch = tsdae.collate_pairs([ds[(0, i)] for i in range(10)])
     calls, real = [], torch.nn.functional.dropout
     monkeypatch.setattr(torch.nn.functional, "dropout", lambda x, p=0.5, training=True, inplace=False: (
@@ -449,11 +450,11 @@ def test_awkward_lines_train(tiny_model_dir, tmp_path):
     tsdae_train.main(["--corpus", str(corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path / "o"),
                 "--steps", "3", "--batch-size", "8", "--bad-lines", "replace", "--max-length", "32"])
     assert len(losses(tmp_path / "o")) == 3
-    assert data.read_corpus(corpus, "skip") == ["hello", " ".join(["very long line"] * 200)]
+    assert read_corpus(corpus, "skip") == ["hello", " ".join(["very long line"] * 200)]
     corpus.write_text("héllo wörld\r\nsecond line\n", encoding="utf-16")  # with its byte-order mark
-    assert data.read_corpus(corpus) == ["héllo wörld", "second line"]
+    assert read_corpus(corpus) == ["héllo wörld", "second line"]
     corpus.write_bytes("\ufeffa UTF-8 file with a BOM\n".encode("utf-8"))
-    assert data.read_corpus(corpus) == ["a UTF-8 file with a BOM"]
+    assert read_corpus(corpus) == ["a UTF-8 file with a BOM"]
 
 
 def test_cli_on_default_model_writes_a_sentence_transformers_model(tmp_path, sts_sentences):
@@ -473,7 +474,7 @@ def test_cli_on_default_model_writes_a_sentence_transformers_model(tmp_path, sts
 def test_default_batches_are_a_uniform_shuffle_and_bucketing_is_opt_in(tiny_model_dir, data_dir):
     """As the reference's DataLoader(shuffle=True): within a batch, lengths spread as in a random draw, and the
     short last batch is kept. --bucketing makes a batch's sentences nearly equal in length."""
-    sentences = consert_train.sts_corpus(data_dir)[:4004]
+    sentences = datafiles.sts_corpus(data_dir)[:4004]
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
     lengths = torch.tensor(data.token_lengths(encoder.tokenizer, sentences, 75), dtype=torch.float)
 

@@ -14,6 +14,7 @@ import torch
 import evaluate as ev
 from test_evaluate import HashEncoder  # a fixed pseudo-random 8-d vector per text
 from test_evaluate import cli_error  # python evaluate.py ARGV's one-line error, as cli.run gives it
+from lib import useb as useb_files
 
 ROOT = Path(__file__).resolve().parent.parent
 SPLITS = ["valid", "test"]
@@ -156,14 +157,14 @@ def oracle(name: str, encoder, split: str, data_dir: Path) -> dict:
     """useb.run_on with the same embeddings (the package logs and draws progress bars)."""
     import useb
 
-    return useb.run_on(name, lambda texts: encoder.encode(texts), split, str(data_dir / ev.USEB_EVAL))
+    return useb.run_on(name, lambda texts: encoder.encode(texts), split, str(data_dir / useb_files.USEB_EVAL))
 
 
 def unrounded(name: str, encoder, split: str, data_dir: Path) -> dict:
     """The oracle's numbers before its round(100 x value, 2)."""
     import useb
 
-    evaluator = useb.evaluator_map[name](lambda texts: encoder.encode(texts), str(data_dir / ev.USEB_EVAL / name))
+    evaluator = useb.evaluator_map[name](lambda texts: encoder.encode(texts), str(data_dir / useb_files.USEB_EVAL / name))
     evaluator.show = False
     return evaluator._run(split)
 
@@ -182,7 +183,7 @@ def test_askubuntu_equals_useb(useb_data, split, kind):
     assert {m: ours[m] for m in ["map", "p@1", "p@5", "mrr"]} == {m: theirs[f"{m}_askubuntu_title"]
                                                                   for m in ["map", "p@1", "p@5", "mrr"]}
     assert ours["queries"] == (11 if split == "valid" else 17)  # the query without a similar question is left out
-    folder = useb_data / ev.USEB_EVAL / "askubuntu"
+    folder = useb_data / useb_files.USEB_EVAL / "askubuntu"
     name = "dev" if split == "valid" else "test"
     exact = ev.askubuntu_scores(ENCODERS[kind](), folder, [name], corpus="text_tokenized.txt")[name]
     assert exact["map"] == pytest.approx(100 * unrounded("askubuntu", ENCODERS[kind](), split, useb_data)[
@@ -196,7 +197,7 @@ def test_cqadupstack_equals_useb(useb_data, split, kind):
     theirs = oracle("cqadupstack", ENCODERS[kind](), split, useb_data)
     assert result["useb-cqadupstack"] == theirs["map@100_cqadupstack_avg"]
     assert result["details"]["useb-cqadupstack"] == {f: theirs[f"map@100_cqadupstack_{f}"] for f in FORUMS}
-    exact = ev.cqadupstack_scores(ENCODERS[kind](), useb_data / ev.USEB_EVAL / "cqadupstack", split)
+    exact = ev.cqadupstack_scores(ENCODERS[kind](), useb_data / useb_files.USEB_EVAL / "cqadupstack", split)
     before_rounding = unrounded("cqadupstack", ENCODERS[kind](), split, useb_data)
     for forum in [*FORUMS, "avg"]:
         assert exact[forum] == pytest.approx(before_rounding[f"map@100_cqadupstack_{forum}"], abs=1e-12)
@@ -220,7 +221,7 @@ def test_scidocs_equals_useb(useb_data, split, kind):
     theirs = oracle("scidocs", ENCODERS[kind](), split, useb_data)
     assert result["useb-scidocs"] == theirs["map_scidocs_cosine_avg"]
     assert result["details"]["useb-scidocs"] == {s: theirs[f"map_scidocs_{s}_cosine"] for s in SUBSETS}
-    exact = ev.scidocs_scores(ENCODERS[kind](), useb_data / ev.USEB_EVAL / "scidocs", split)
+    exact = ev.scidocs_scores(ENCODERS[kind](), useb_data / useb_files.USEB_EVAL / "scidocs", split)
     before_rounding = unrounded("scidocs", ENCODERS[kind](), split, useb_data)
     for subset in SUBSETS:
         assert exact[subset] == pytest.approx(before_rounding[f"map_scidocs_{subset}_cosine"], abs=1e-12)
@@ -233,7 +234,7 @@ def test_the_useb_group_and_its_average_equal_useb_run(useb_data, split, tmp_pat
     monkeypatch.chdir(tmp_path)  # useb.run writes its results files into the working folder
     semb = GridEncoder()
     _, theirs = useb.run(*[lambda texts: semb.encode(texts)] * 4, eval_type=split,
-                         data_eval_path=str(useb_data / ev.USEB_EVAL))
+                         data_eval_path=str(useb_data / useb_files.USEB_EVAL))
     result = ev.evaluate(GridEncoder(), "useb", useb_data, split=split)
     assert [result[t] for t in ev.USEB_TASKS] == [theirs[n] for n in ["askubuntu", "cqadupstack", "twitterpara",
                                                                         "scidocs"]]
@@ -249,7 +250,7 @@ def test_the_data_has_ties_at_the_100th_place_with_a_duplicate_among_them(useb_d
     """With the grid vectors many titles tie at the 100th place, some kept and some not, a duplicate among them:
     WHICH tied titles torch.topk keeps changes that query's AP, so the oracle tests above check that our
     chunked top-100 keeps the same ones as USEB's single call on the whole matrix."""
-    forums = ev.load_cqadupstack(useb_data / ev.USEB_EVAL / "cqadupstack", "test")
+    forums = useb_files.load_cqadupstack(useb_data / useb_files.USEB_EVAL / "cqadupstack", "test")
     deciding = 0
     for forum, (titles, queries) in forums.items():
         pool_ids = [i for i in titles if i not in queries]
@@ -285,15 +286,15 @@ def test_trec_eval_ap_by_hand_and_against_pytrec_eval():
     run = {"9": 0.5, "10": 0.5, "a": 0.5, "b": 0.9, "c": 0.1, "d": 0.7}
     # ranked: b+ (0.9), d (0.7), then the 0.5 tie by id descending as strings: a, 9+, 10+, then c+ (0.1)
     # precisions at the relevant: 1/1, 2/4, 3/5, 4/6; 5 relevant judged (never-retrieved counts)
-    assert ev.trec_eval_ap(judged, run) == pytest.approx((1 + 2 / 4 + 3 / 5 + 4 / 6) / 5, abs=1e-15)
-    assert ev.trec_eval_ap({"x": 0}, {"x": 1.0}) == 0.0 and ev.trec_eval_ap({"x": 1}, {}) == 0.0
+    assert useb_files.trec_eval_ap(judged, run) == pytest.approx((1 + 2 / 4 + 3 / 5 + 4 / 6) / 5, abs=1e-15)
+    assert useb_files.trec_eval_ap({"x": 0}, {"x": 1.0}) == 0.0 and useb_files.trec_eval_ap({"x": 1}, {}) == 0.0
     rng = np.random.default_rng(0)
     for case in range(200):
         docs = [str(i) for i in rng.choice(40, size=15, replace=False)]
         judged = {d: int(rng.integers(-1, 3)) for d in docs}
         run = {d: float(rng.integers(0, 4)) / 4 for d in docs if rng.random() < 0.8}  # many ties
         expected = pytrec_eval.RelevanceEvaluator({"q": judged}, {"map"}).evaluate({"q": run})["q"]["map"]
-        assert ev.trec_eval_ap(judged, run) == pytest.approx(expected, abs=1e-12), case
+        assert useb_files.trec_eval_ap(judged, run) == pytest.approx(expected, abs=1e-12), case
 
 
 # ---------------------------------------------------------------------------
@@ -301,19 +302,19 @@ def test_trec_eval_ap_by_hand_and_against_pytrec_eval():
 # ---------------------------------------------------------------------------
 
 def test_cqadupstack_chunks_bound_the_score_matrix_and_change_nothing(useb_data, monkeypatch):
-    folder = useb_data / ev.USEB_EVAL / "cqadupstack"
-    monkeypatch.setattr(ev, "CQADUPSTACK_CHUNK", 10 ** 9)  # one matrix per forum: the unchunked computation
+    folder = useb_data / useb_files.USEB_EVAL / "cqadupstack"
+    monkeypatch.setattr(useb_files, "CQADUPSTACK_CHUNK", 10 ** 9)  # one matrix per forum: the unchunked computation
     whole = ev.cqadupstack_scores(GridEncoder(), folder, "test")
 
     shapes = []
-    top_k = ev.top_k_by_cosine
+    top_k = useb_files.top_k_by_cosine
 
     def recording(queries, pool, k):
         shapes.append((tuple(queries.shape), tuple(pool.shape), k))
         return top_k(queries, pool, k)
 
-    monkeypatch.setattr(ev, "CQADUPSTACK_CHUNK", 5)
-    monkeypatch.setattr(ev, "top_k_by_cosine", recording)
+    monkeypatch.setattr(useb_files, "CQADUPSTACK_CHUNK", 5)
+    monkeypatch.setattr(useb_files, "top_k_by_cosine", recording)
     assert ev.cqadupstack_scores(GridEncoder(), folder, "test") == whole
     split = json.loads((folder / "retrieval_split.json").read_text())["test"]
     expected = []
@@ -334,7 +335,7 @@ def test_a_pool_smaller_than_100_takes_the_whole_pool(tmp_path):
 # ---------------------------------------------------------------------------
 
 def test_each_split_encodes_only_what_it_needs_and_texts_are_stripped(useb_data):
-    folder = useb_data / ev.USEB_EVAL / "askubuntu"
+    folder = useb_data / useb_files.USEB_EVAL / "askubuntu"
     dev = [line.split("\t") for line in (folder / "dev.txt").read_text().splitlines()]
     dev_ids = {i for qid, similar, candidates, _ in dev if similar for i in [qid, *candidates.split()]}
     titles = ev.load_askubuntu_titles(folder / "text_tokenized.txt")
@@ -365,8 +366,8 @@ def test_missing_useb_data_names_the_file_and_the_fetch_command(tmp_path):
 def copy_of(useb_data: Path, tmp_path: Path, name: str) -> Path:
     import shutil
 
-    shutil.copytree(useb_data / ev.USEB_EVAL / name, tmp_path / ev.USEB_EVAL / name)
-    return tmp_path / ev.USEB_EVAL / name
+    shutil.copytree(useb_data / useb_files.USEB_EVAL / name, tmp_path / useb_files.USEB_EVAL / name)
+    return tmp_path / useb_files.USEB_EVAL / name
 
 
 @pytest.mark.parametrize("name, file, damage, message", [

@@ -33,9 +33,7 @@ import torch
 from tokenizers import Tokenizer
 from tokenizers.implementations import BertWordPieceTokenizer
 
-
-class ModelLoadError(Exception):
-    """A model folder that cannot be loaded. The message is one line, meant for the user."""
+from lib.errors import ModelLoadError
 
 
 # ----------------------------------------------------------------------------

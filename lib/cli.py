@@ -25,11 +25,11 @@ from typing import Callable, Sequence
 
 import torch
 
-import card
-import weights
-import distributed
-from weights import ModelLoadError
-from data import UsageError  # defined below the scripts, so train.py can raise one; cli.UsageError to them
+from lib import card
+from lib import weights
+from lib import distributed
+from lib.weights import ModelLoadError
+from lib.errors import UsageError
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -93,13 +93,13 @@ def add_selection_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup
 def model_card(method: str, parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str] | None,
                sentences: Sequence[str], pooling: str, lr: float, corpus: str | None = None) -> Callable:
     """The model card of a run's saved models, as a function of where the run stands (steps, best dev score)."""
-    fixed = dict(method=method, base_model=str(args.model or weights.default_model_path()), pooling=pooling,
-                 corpus=str(corpus or args.corpus), batch_size=args.batch_size, lr=lr, command=command_line(argv),
+    base = args.model or weights.default_model_path()
+    fixed = dict(method=method, base_model=str(base), pooling=pooling, corpus=str(corpus or args.corpus), batch_size=args.batch_size, lr=lr, command=command_line(argv),
                  non_default_settings=non_default_settings(parser, args),
                  dev_metric=args.eval_task if evaluates(args) else None)
     # read through at the first save, not before the first step: a corpus of 10M lines takes about 20 s
-    fingerprint = functools.cache(
-        lambda: dict(zip(("corpus_lines", "corpus_sha256"), card.corpus_fingerprint(sentences))))
+    fingerprint = functools.cache(lambda: dict(zip(("corpus_lines", "corpus_sha256"), card.corpus_fingerprint(sentences)),
+                                                license=card.base_license(weights.resolve_model(base))))
     return lambda state: card.ModelCard(**fixed, **fingerprint(), steps=state.step, dev_score=state.best)
 
 
@@ -212,7 +212,7 @@ def run(main: Callable[[], int]) -> None:
     """A script's entry point: a user's mistake (bad corpus, bad model folder, NaN loss) ends in one line."""
     try:
         sys.exit(main())
-    except (ModelLoadError, UsageError) as e:  # a UsageError: data.CorpusError and train.TrainingStopped too
+    except (ModelLoadError, UsageError) as e:  # a UsageError: CorpusError and train.TrainingStopped too
         sys.exit(f"error: {e}")
     except NotImplementedError as e:  # a student copy's blanked exercise (assignments.py) on the training path
         sys.exit(f"error: not written yet: {e}")

@@ -237,18 +237,18 @@ class PackedDecoder(tsdae.TSDAEDecoder):
         new.kept = None  # the memory of E's gradient (gradient_memory)
         return new
 
-    def forward(self, input_ids: torch.Tensor, sentence_vec: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-        """The rows (T, d) of tsdae.TSDAEDecoder.forward(input_ids, sentence_vec, keep); without keep, (B, L, d)."""
+    def forward(self, input_ids: torch.Tensor, memory: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """The rows (T, d) of tsdae.TSDAEDecoder.forward(input_ids, memory, keep); without keep, (B, L, d)."""
         B, L = input_ids.shape
         if keep is None:
-            return self(input_ids, sentence_vec, torch.ones_like(input_ids, dtype=torch.bool)).view(B, L, -1)
+            return self(input_ids, memory, torch.ones_like(input_ids, dtype=torch.bool)).view(B, L, -1)
         packing = Packing.of(keep)
         positions = (packing.index % L)[None, :]  # (1, T): each token's position in its sentence
         x = self.embeddings(input_ids.reshape(1, -1)[:, packing.index], positions)[0]  # (T, d)
-        memory = RowMemory(sentence_vec[:, None, :], packing.index // L)
+        rows = RowMemory(memory, packing.index // L)  # memory (B, 1, d): the sentence vectors
         causal = PackedMask(torch.ones(L, L, dtype=torch.bool, device=x.device).tril(), packing)  # (L, L)
         for layer in self.layers:
-            x = layer(x, memory, causal)  # tsdae.DecoderLayer.forward on the rows
+            x = layer(x, rows, causal)  # tsdae.DecoderLayer.forward on the rows
         return x
 
     def neg_log_likelihood(self, states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -1,12 +1,12 @@
 """The exercises of ASSIGNMENTS.md: hand out a student copy in one command, grade it in another.
 
-    python assignments.py list                           # the exercises, their functions and tests
-    python assignments.py make-student OUT               # a copy of this repository with every exercise blanked
-    python assignments.py make-student OUT --only 3 8    # ... with exercises 3 and 8 blanked only
-    python assignments.py grade 3                        # run exercise 3's tests here (or: --repo OUT)
-    python assignments.py grade 1 2 3 -x                 # several; other arguments go to pytest
-    python assignments.py grade 1 2 3 --student OUT      # a student's copy, with the held-back tests too
-    python assignments.py grade 3 --json results.json    # also write Gradescope's results.json
+    python course/assignments.py list                           # the exercises, their functions and tests
+    python course/assignments.py make-student OUT               # a copy of this repository with every exercise blanked
+    python course/assignments.py make-student OUT --only 3 8    # ... with exercises 3 and 8 blanked only
+    python course/assignments.py grade 3                        # run exercise 3's tests here (or: --repo OUT)
+    python course/assignments.py grade 1 2 3 -x                 # several; other arguments go to pytest
+    python course/assignments.py grade 1 2 3 --student OUT      # a student's copy, with the held-back tests too
+    python course/assignments.py grade 3 --json results.json    # also write Gradescope's results.json
 
 An exercise is a function (or method) of the plain reading path marked, on the line above its `def`, with a
 comment `# Exercise N (ASSIGNMENTS.md)`. The student copy keeps its signature and docstring and replaces the
@@ -38,11 +38,10 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent  # the repository: this file is course/assignments.py
 MARKER = re.compile(r"^\s*# Exercise (\d+) \(ASSIGNMENTS\.md\)\s*$")
 # the files exercises live in
-SOURCES = ("model.py", "weights.py", "data.py", "tsdae.py", "consert.py", "gradcache.py", "evaluate.py")
-LEFT_OUT = {".git", "runs", "data", ".pytest_cache"}  # top-level folders not copied (nor any __pycache__)
+SOURCES = ("model.py", "lib/weights.py", "data.py", "tsdae.py", "consert.py", "speedups/gradcache.py", "evaluate.py")
 
 # Each exercise's tests: they run the plain path, the one the exercises fill in.
 TESTS = {
@@ -158,13 +157,23 @@ def without_held_back_list(source: str) -> str:
     return "".join(lines)
 
 
-def copy_repository(out: Path) -> None:
-    """This repository into `out`, without LEFT_OUT and Python's caches."""
-    def ignore(folder: str, names: list[str]) -> list[str]:
-        top = Path(folder) == ROOT
-        return [n for n in names if (top and n in LEFT_OUT) or n == "__pycache__" or n.endswith(".pyc")]
+def repository_files(root: Path = ROOT) -> list[str]:
+    """The files of the repository, as git sees them: the tracked ones and the new ones .gitignore does not exclude
+    (never a virtual environment, runs/, data/ or caches). A folder that is no git checkout (a student copy
+    made by make-student): every file but Python's caches."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                            capture_output=True)
+    if listed.returncode == 0 and (root / ".git").exists():
+        return [name for name in listed.stdout.decode().split("\0") if name and (root / name).is_file()]
+    return [str(path.relative_to(root)) for path in root.rglob("*")
+            if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(".pyc")]
 
-    shutil.copytree(ROOT, out, dirs_exist_ok=True, ignore=ignore)
+
+def copy_repository(out: Path) -> None:
+    """The repository's files (repository_files) into `out`."""
+    for name in repository_files():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, out / name)
 
 
 def make_student(out: Path, numbers: set[int], with_held_back: bool = False) -> None:
@@ -182,7 +191,7 @@ def make_student(out: Path, numbers: set[int], with_held_back: bool = False) -> 
         by_file.setdefault(path, set()).add(name)
     for path, names in by_file.items():
         (out / path).write_text(without_functions((out / path).read_text(encoding="utf-8"), names), encoding="utf-8")
-    script = out / "assignments.py"
+    script = out / "course" / "assignments.py"
     script.write_text(without_held_back_list(script.read_text(encoding="utf-8")), encoding="utf-8")
 
 
@@ -296,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         make_student(args.out, numbers, args.with_held_back)
         print(f"student copy in {args.out}: exercises {', '.join(map(str, sorted(numbers)))} blanked"
               f"{'' if args.with_held_back else ', held-back tests left out'} (students grade with: python "
-              f"assignments.py grade N; you, with the held-back tests: python assignments.py grade N --student OUT)")
+              f"course/assignments.py grade N; you, with the held-back tests: python course/assignments.py grade N --student OUT)")
         return 0
     if args.json and not args.json.resolve().parent.is_dir():
         raise SystemExit(f"error: {args.json.parent} is not a folder")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from weights import (POOLING_MODES, ModelLoadError, default_model_path, read_config, read_max_length,
+from lib.weights import (POOLING_MODES, ModelLoadError, default_model_path, read_config, read_max_length,
                         read_pooling)
 
 # The methods this repository trains: arXiv id and title of each paper.
@@ -35,6 +35,7 @@ PAPERS = {
                             "Sentence Embedding Learning"),
     "ConSERT": ("2105.11741", "ConSERT: A Contrastive Framework for Self-Supervised Sentence Representation Transfer"),
 }
+CODE_LICENSE = "mit"  # the licence of the code that trained the model (LICENSE)
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")  # bert-base-uncased, org/name
 SHIPPED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the Hub id of what default_model_path() holds
 
@@ -60,7 +61,7 @@ class ModelCard:
     paper_title: str | None = None
     base_model_id: str | None = None   # the front matter's base_model, a Hub id (default: hub_base_model)
     datasets: list[str] = field(default_factory=list)  # Hub data set ids of the corpus, only when known
-    license: str | None = None         # only when known
+    license: str | None = None         # the weights' licence: the base model's, only when known (base_license)
     tags: list[str] = field(default_factory=list)      # tags beyond the standard ones
     load_path: str = "path/to/this/folder"  # what the loading examples open
 
@@ -68,7 +69,7 @@ class ModelCard:
 def corpus_fingerprint(lines: Sequence[str]) -> tuple[int, str]:
     """(number of lines, SHA-256 hex of the lines each followed by '\\n', UTF-8): the sentences the run trained
     on, as read (blank lines already skipped), so two runs with the same fingerprint saw the same text. One pass
-    over `lines`: a data.Corpus streams from its file."""
+    over `lines`: a lib.corpus.Corpus streams from its file."""
     digest = hashlib.sha256()
     for line in lines:
         digest.update(line.encode("utf-8", "surrogatepass") + b"\n")
@@ -132,7 +133,8 @@ def hub_base_model(card: ModelCard) -> str | None:
 
 
 def front_matter(card: ModelCard) -> str:
-    """The YAML header: library_name, pipeline_tag, base_model (when known), tags, datasets, license."""
+    """The YAML header: library_name, pipeline_tag, base_model (when known), tags, datasets, license (the base
+    model's, when known), code_license (the training code's)."""
     base = hub_base_model(card)
     tags = list(dict.fromkeys(["sentence-transformers", "sentence-similarity", "feature-extraction",
                                card.method.lower(), *card.tags]))
@@ -145,7 +147,20 @@ def front_matter(card: ModelCard) -> str:
         lines += ["datasets:", *(f"- {yaml_string(name)}" for name in card.datasets)]
     if card.license:
         lines.append(f"license: {yaml_string(card.license)}")
+    lines.append(f"code_license: {yaml_string(CODE_LICENSE)}")
     return "\n".join(lines + ["---"])
+
+
+def base_license(folder: Path) -> str | None:
+    """The `license:` of a model folder's own card (README.md's front matter), or None."""
+    try:
+        text = (Path(folder) / "README.md").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text.startswith("---"):
+        return None
+    found = re.search(r"^license:\s*['\"]?([^'\"\n]+?)['\"]?\s*$", text.split("\n---", 1)[0], re.M)
+    return found.group(1) if found else None
 
 
 def table(header: tuple[str, str], rows: list[tuple[object, object]]) -> list[str]:
@@ -213,7 +228,11 @@ def model_card_text(card: ModelCard, folder: Path | None = None) -> str:
     if card.non_default_settings:
         parts += ["Every setting that differs from the command's default:", "",
                   *table(("flag", "value"), list(card.non_default_settings.items())), ""]
-    parts += ["The command that trained it:", "", code_block(card.command, "bash"), "", *usage(card, max_length)]
+    parts += ["The command that trained it:", "", code_block(card.command, "bash"), "", *usage(card, max_length), "",
+              "## Licence", "",
+              f"The weights derive from {markdown_cell(card.base_model)}"
+              f"{f', licensed {card.license}' if card.license else ' (its licence was not found: check it)'}. "
+              f"The code that trained them is under the {CODE_LICENSE.upper()} licence."]
     return "\n".join(parts)
 
 

@@ -1,13 +1,12 @@
 """Several processes (torchrun): N processes train exactly like one process with the whole batch.
 
 Each process holds its share of every batch (data.BatchSampler deals the global batch out). The methods'
-losses (tsdae.py, consert.py) are written for the batch they are given; this file makes them the loss of
-the GLOBAL batch, differentiable in this process's share only:
+losses take the two functions that make theirs the loss of the GLOBAL batch, differentiable in this process's
+share only (tsdae.TSDAELoss(global_mean=...), consert.ConSERTLoss(gather=...); the experiments pass them):
 
   global_mean(total, count)      sum over all processes / count over all processes
   gather_with_local_grad(x)      every process's rows of x; only this process's carry gradient
-  tsdae_over_global_batch, consert_over_global_batch
-                                 put those two into a method's objective, in place
+  this_process_only(objective)   the same objective without them: what the main process computes by itself
   ddp(objective, device)         DistributedDataParallel that SUMS the processes' gradients: each is the
                                  gradient of its own share of the global loss, so the sum is the gradient
   sum_gradients(wrapped)         the same sum, for an objective DDP cannot wrap (gradcache.py's)
@@ -16,6 +15,7 @@ On one process every function here is the identity.
 """
 from __future__ import annotations
 
+import copy
 import os
 
 import torch
@@ -66,39 +66,16 @@ def gather_with_local_grad(x: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts)
 
 
-# ----------------------------------------------------------------------------
-# The methods' losses over the global batch
-
-
-def tsdae_over_global_batch(objective: nn.Module) -> None:
-    """In place: a TSDAE objective (tsdae.py or fast.py), a mean over objective.count(batch) terms of this
-    process's share, becomes the mean over the global batch's terms."""
-    if world_size() == 1:
-        return
-    mean_of_share = objective.forward
-
-    def forward(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        count = objective.count(batch)
-        return global_mean(mean_of_share(batch) * count, count)
-
-    objective.forward = forward
-
-
-def consert_over_global_batch(objective: nn.Module, local_negatives: bool = False) -> None:
-    """In place: a ConSERT objective's NT-Xent takes its negatives from every process's sentences (with
-    `local_negatives`: each process contrasts its own sentences, and the loss is the mean over processes), and
-    its supervised cross-entropy is the mean over the global batch's pairs. Both gather what comes out of the
-    model's parameters (vectors, logits), so each process's parameter gradients come from its own rows only."""
-    if world_size() == 1:
-        return
-    contrastive, supervised = objective.contrastive_loss, objective.supervised_loss
-    if local_negatives:
-        objective.contrastive_loss = lambda z1, z2, keys: global_mean(contrastive(z1, z2, keys), z1.new_tensor(1.0))
-    else:
-        objective.contrastive_loss = lambda z1, z2, keys: contrastive(
-            gather_with_local_grad(z1), gather_with_local_grad(z2), gather_with_local_grad(keys))
-    objective.supervised_loss = lambda logits, labels: supervised(
-        gather_with_local_grad(logits), gather_with_local_grad(labels))
+def this_process_only(objective: nn.Module) -> nn.Module:
+    """A shallow copy of a method's objective (the same parameters) whose loss is this process's share alone:
+    its global_mean and gather as on one process. For what the main process computes by itself while the others
+    train on (the held-out loss): a collective there would wait for processes that never join it."""
+    alone = copy.copy(objective)
+    if hasattr(alone, "global_mean"):  # tsdae.TSDAELoss
+        alone.global_mean = lambda total, count: total / count
+    if hasattr(alone, "gather"):  # consert.ConSERTLoss
+        alone.gather = lambda x: x
+    return alone
 
 
 def ddp(objective: nn.Module, device: torch.device) -> nn.Module:

@@ -1,0 +1,36 @@
+"""LABS.md, lab 1: token cutoff with the cut tokens masked out, against the official token cutoff.
+
+The official token_cutoff (consert.token_cutoff) zeroes int(n * rate) token rows of the embedding output and
+leaves them in the attention mask: every other token still attends to them, as zero vectors, and mean pooling
+counts them (its author confirms it: yym6472/ConSERT issue #7). The view "token_cutoff_masked" zeroes the same
+rows AND takes them out of the attention mask, as if they were padding. `--view1 / --view2 token_cutoff_masked`
+train with it.
+"""
+from __future__ import annotations
+
+import torch
+
+from consert import VIEW_NAMES, ConSERTLoss, View, random_subset
+
+
+def masked_token_cutoff(x: torch.Tensor, attention_mask: torch.Tensor,
+                        rate: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """token_cutoff's int(n * rate) rows of x (B, L, d) zeroed AND taken out of the attention mask (B, L): no token
+    attends to a cut one and pooling skips it. Returns x and the new mask; rate < 1 leaves every sentence a token."""
+    real = attention_mask.bool()  # (B, L)
+    counts = (real.sum(1).double() * rate).long()  # (B,) int(n * rate), as token_cutoff
+    cut = random_subset(real, counts)  # (B, L)
+    return x.masked_fill(cut[:, :, None], 0.0), attention_mask.masked_fill(cut, 0)
+
+
+class MaskedCutoffConSERTLoss(ConSERTLoss):
+    """consert.ConSERTLoss that also makes the view token_cutoff_masked; every other view as ConSERTLoss.encode."""
+
+    view_names = (*VIEW_NAMES, "token_cutoff_masked")
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, view: View) -> torch.Tensor:
+        if view.name != "token_cutoff_masked":
+            return super().encode(input_ids, attention_mask, view)
+        x = self.encoder.bert.embed(input_ids)  # (B, L, d)
+        x, attention_mask = masked_token_cutoff(x, attention_mask, view.rate)  # the view, made here
+        return self.layers_and_pool(x, attention_mask)  # (B, d)

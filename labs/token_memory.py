@@ -1,0 +1,51 @@
+"""LABS.md, lab 5: TSDAE without its bottleneck: the decoder reads every token state of the damaged sentence.
+
+In TSDAE (arXiv:2104.06979 §3.2) the decoder's cross-attention reads one vector per sentence, so that vector must
+carry the sentence. Here it reads the encoder's final states of every real token of the damaged sentence (its
+padding masked out): the decoder can copy the surviving words from their own states, and nothing forces the pooled
+vector to carry the sentence. The same parameters and normalisation. `--decoder-memory tokens` trains it (on the
+plain path: the fast decoder reads one vector).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from model import MultiHeadAttention
+from tsdae import TSDAELoss
+
+
+@dataclass
+class TokenStates:
+    """The decoder's memory in this lab: the damaged sentence's token states and which of them are real."""
+
+    states: torch.Tensor  # (B, Ld, d)
+    mask: torch.Tensor  # (B, Ld), 1 = a real token
+
+
+class TokenMemoryAttention(nn.Module):
+    """A decoder layer's cross-attention (the same module, the same parameters) reading a TokenStates memory:
+    every real token is a key, padding is masked out."""
+
+    def __init__(self, attn: MultiHeadAttention):
+        super().__init__()
+        self.attn = attn
+
+    def forward(self, x: torch.Tensor, mask: None = None, memory: TokenStates | None = None) -> torch.Tensor:
+        keys = memory.mask.bool()[:, None, None, :]  # (B, 1, 1, Ld): every query may see every real token
+        return self.attn(x, keys, memory=memory.states)  # (B, L, d)
+
+
+class TokenMemoryTSDAELoss(TSDAELoss):
+    """tsdae.TSDAELoss whose memory (TSDAELoss.memory) is the token states instead of the sentence vector."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for layer in self.decoder.layers:
+            layer.cross_attn = TokenMemoryAttention(layer.cross_attn)
+
+    def memory(self, batch: dict[str, torch.Tensor]) -> TokenStates:
+        states = self.encoder.bert(batch["damaged_ids"], batch["damaged_mask"])  # (B, Ld, d), not pooled
+        return TokenStates(states, batch["damaged_mask"])

@@ -1,0 +1,26 @@
+"""The errors a user sees as one line, never as a traceback: lib/cli.run prints their message and exits.
+
+Each is raised where the mistake is found, in whatever layer; all of them are defined here, below every layer,
+so that no layer needs the command line to raise one.
+"""
+
+
+class UsageError(Exception):
+    """A run that cannot go on as asked (an unavailable device, a run folder in use, a loss that became NaN, a
+    batch too small for the processes). The message is one line, meant for the user."""
+
+
+class CorpusError(UsageError):
+    """A corpus or input file that cannot be used (missing, binary, not UTF-8, malformed)."""
+
+
+class DataMissingError(UsageError):
+    """An evaluation data file is not there."""
+
+
+class DataFormatError(ValueError):
+    """An evaluation data file is malformed; the message names the file and the line (or the JSON key)."""
+
+
+class ModelLoadError(Exception):
+    """A model folder that cannot be loaded (missing, or with missing or mismatched weights)."""
