@@ -6,8 +6,8 @@
   build_objective           the encoder and TSDAELoss (fast.py's pieces unless --plain; a lab's when asked)
   denoising_pairs, pair_loader
                             (damaged, original) pairs in the reference's plain shuffled batches (--bucketing: by length)
-  settings                  train.TrainSettings of the run, with held_out_signals (--heldout N: the loss on lines
-                            kept out of training, a dev signal without labels)
+  held_out_signals          --heldout N: the loss on lines kept out of training, a dev signal without labels
+  settings                  train.TrainSettings of the run
 """
 from __future__ import annotations
 
@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     plain, objective = build_objective(args, device)
     loader = pair_loader(sentences, plain.encoder, args, device, rank, world)
-    run = settings(args, plain, objective, card, kept_out, device,
-                   steps=args.steps or args.epochs * len(loader.batch_sampler))
+    heldout = held_out_signals(kept_out, objective, args, device)
+    run = settings(args, plain, card, heldout, steps=args.steps or args.epochs * len(loader.batch_sampler))
     if rank == 0:
         print(f"TSDAE: {len(sentences)} sentences, {run.steps} steps of {args.batch_size} on {world} x {device}"
               f"{' (plain path)' if args.plain else ''}; saving to {run.out}")
@@ -160,16 +160,15 @@ def held_out_signals(kept_out: list[str], objective: tsdae.TSDAELoss, args: argp
     return train.HeldOut(distributed.this_process_only(objective), batches, kept_out)
 
 
-def settings(args: argparse.Namespace, plain: tsdae.TSDAELoss, objective: tsdae.TSDAELoss, card: Callable,
-             kept_out: list[str], device: torch.device, steps: int) -> train.TrainSettings:
+def settings(args: argparse.Namespace, plain: tsdae.TSDAELoss, card: Callable, heldout: train.HeldOut | None,
+             steps: int) -> train.TrainSettings:
     """The run's settings: the reference's AdamW at a constant lr (train.TrainSettings' defaults), the
-    evaluation the flags ask for (with the held-out lines' signals), and the decoder saved beside model/
+    evaluation the flags ask for (with the held-out signals), and the decoder saved beside model/
     (examples/reconstruct.py reads it)."""
     decoder = {"objective": type(plain).__name__, "tie": not args.untie, "normalisation": args.loss_normalisation,
                "base_model": str(args.model or default_model_path()), "seed": args.seed, "noise": args.noise,
                "noise_ratio": args.noise_ratio, "corpus": str(args.corpus)}
     save_decoder = lambda run: tsdae.save_decoder(plain, run / "decoder", decoder)
-    heldout = held_out_signals(kept_out, objective, args, device)
     eval_fn, log_fn = train.training_evaluation(args, heldout)
     return train.TrainSettings(
         out=Path(args.out), steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every, resume=args.resume,
