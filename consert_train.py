@@ -19,7 +19,6 @@ from typing import Callable, Sequence
 import torch
 
 import data
-import evaluate
 import train
 from consert import (NLI_FEATURES, ConSERTLoss, NLIDataset, SentenceDataset, View, check_views, collate_nli,
                      collate_sentences, own_rows, switch_off_dropout)
@@ -245,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     if plan[-1].kind == "unsup":
         corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else open_corpus(args.corpus, args.bad_lines)
     device = cli.device(args.device)
-    evaluate.check_dev_task(args.eval_task, args.eval_data)
+    train.check_dev_task(args.eval_task, args.eval_data)
     cli.check_out_folder(out, args.resume, args.overwrite)
     rank, world = distributed.init()  # once, for every stage
     torch.manual_seed(args.seed)
@@ -378,7 +377,7 @@ def stage_settings(stage: Stage, out: Path, resume: bool, args: argparse.Namespa
         grad_clip=1.0, amp=args.amp, optimizer_fn=OfficialAdamW if official else None,
         lr_factor_fn=official_lr_factor if official else None, save_every=args.save_every, eval_fn=eval_fn,
         eval_every=args.eval_every, keep_best=eval_fn is not None,
-        higher_is_better=evaluate.higher_is_better(args.eval_task), patience=stage.patience if eval_fn else 0,
+        higher_is_better=train.higher_is_better(args.eval_task), patience=stage.patience if eval_fn else 0,
         resume=resume, log_fn=log_fn,
         card=cli.model_card("ConSERT", make_parser(), args, argv, lines, pooling="mean", lr=stage.lr,
                             corpus=f"{corpus}, stage {stage.kind} of --strategy {args.strategy}"))

@@ -38,9 +38,10 @@ import torch.nn.functional as F
 from scipy.stats import spearmanr
 
 from lib import cli, useb
+from lib.align_uniform import POSITIVE_SCORE, alignment_uniformity_of
 from lib.datafiles import (STS_SUBSETS, load_askubuntu_queries, load_askubuntu_titles, load_pit2015, load_rerank_jsonl,
                            load_sick, load_stsb, load_sts_year, load_twitter_url, want)
-from lib.errors import CorpusError, DataFormatError, DataMissingError, UsageError
+from lib.errors import CorpusError, DataFormatError, DataMissingError
 from lib.weights import default_model_path
 from model import SentenceEncoder
 from speedups import fast
@@ -346,56 +347,8 @@ def task_useb_scidocs(encoder, data_dir: Path, batch_size: int, show_progress: b
 
 
 # ---------------------------------------------------------------------------
-# Alignment and uniformity: the shape of the embedding space (Wang & Isola 2020, arXiv:2005.10242)
+# Alignment and uniformity (Wang & Isola 2020): why a score moves; the formulas are lib/align_uniform.py's
 # ---------------------------------------------------------------------------
-# Not a score of either paper's tables but a look at WHY a score moves. With f(x) = e(x) / ||e(x)||, the
-# embedding put on the unit sphere:
-#   alignment  = E_{(x, y) positive pair} ||f(x) - f(y)||^2               (alpha = 2): paraphrases stay close
-#   uniformity = log E_{x, y i.i.d., x != y} exp(-2 ||f(x) - f(y)||^2)    (t = 2): all the rest spreads out
-# Lower is better for both. On the sphere ||f(x) - f(y)||^2 = 2 - 2 cos(x, y) (0 to 4), so both are about
-# cosines. A collapsed encoder (one vector for every sentence: raw BERT's narrow cone taken to its end) has
-# the perfect alignment 0 and the worst uniformity, 0; vectors at right angles to each other (cosine 0,
-# squared distance 2) give log exp(-4) = -4. Contrastive learning (ConSERT's NT-Xent) optimises both at once.
-# Measured as SimCSE measures them (arXiv:2104.08821 §2 eq. 2-3; §3 footnote 3: "STS-B pairs with a score
-# higher than 4 as p_pos and all STS-B sentences as p_data"; its authors: "the whole STS-B dataset",
-# princeton-nlp/SimCSE#52): positives = the pairs of gold score > 4 of 5, data = every sentence of every pair of
-# train, dev and test, a sentence in several pairs counted each time (as Wang & Isola's pdist counts repeated
-# rows). Raw numbers, not x 100 like the other tasks.
-
-POSITIVE_SCORE = 4.0      # STS gold score (0-5) ABOVE which a pair counts as a paraphrase
-UNIFORMITY_CHUNK = 256    # rows of each (chunk, N) block of distances: memory chunk x N, whatever N
-
-
-def alignment(x: torch.Tensor, y: torch.Tensor) -> float:
-    """E ||f(x_i) - f(y_i)||^2 over the rows of x, y (P, d): row i of x and row i of y are a positive pair.
-    Rows need not be unit length: they are normalised first."""
-    if len(x) == 0 or x.shape != y.shape:
-        raise ValueError(f"alignment needs two (P, d) tensors of the same shape, P >= 1 (got {tuple(x.shape)} "
-                         f"and {tuple(y.shape)})")
-    fx, fy = F.normalize(x.double(), dim=-1), F.normalize(y.double(), dim=-1)  # (P, d) each, unit rows
-    return float((fx - fy).pow(2).sum(-1).mean())  # alignment = E ||f(x) - f(y)||_2^2   (alpha = 2)
-
-
-def uniformity(emb: torch.Tensor, chunk: int = UNIFORMITY_CHUNK) -> float:
-    """log E_{i != j} exp(-2 ||f(e_i) - f(e_j)||^2) over the N rows of emb (N, d), each a different sentence.
-    The mean over the N (N - 1) ordered pairs i != j equals the mean over the unordered ones (torch.pdist's,
-    Wang & Isola's code): the distance is symmetric. log-mean-exp is computed as a logsumexp (stable for any
-    exponent), `chunk` rows at a time, so no block is larger than (chunk, N)."""
-    n = len(emb)
-    if n < 2:
-        raise ValueError(f"uniformity needs at least 2 sentences (got {n})")
-    f = F.normalize(emb.double(), dim=-1)  # (N, d) unit rows: f(x) = e(x) / ||e(x)||
-    block_sums = []
-    for start in range(0, n, chunk):
-        rows = f[start:start + chunk]  # (C, d)
-        sq_dist = (2 - 2 * rows @ f.T).clamp(min=0)  # (C, N): ||a - b||^2 = 2 - 2 a.b for unit a, b
-        exponent = -2 * sq_dist  # (C, N): the t = 2 of exp(-t ||f(x) - f(y)||^2)
-        own = torch.arange(len(rows))
-        exponent[own, start + own] = float("-inf")  # x != y: a sentence is not paired with itself
-        block_sums.append(torch.logsumexp(exponent.flatten(), dim=0))  # log sum over the block's pairs
-    # uniformity = log( (1 / (N (N - 1))) sum_{i != j} exp(-2 ||f(x_i) - f(x_j)||^2) )
-    return float(torch.logsumexp(torch.stack(block_sums), dim=0) - np.log(n * (n - 1)))
-
 
 def alignment_uniformity(encoder, pairs: Sequence[tuple], above: float = POSITIVE_SCORE, batch_size: int = 64,
                          show_progress: bool = False) -> dict[str, float | int]:
@@ -404,16 +357,6 @@ def alignment_uniformity(encoder, pairs: Sequence[tuple], above: float = POSITIV
     of every pair (repeats included; each distinct one encoded once). Lower is better for both."""
     emb = encode_unique(encoder, [s for p in pairs for s in p[:2]], batch_size, show_progress)  # (2 n, d) unit rows
     return alignment_uniformity_of(emb, [p[2] for p in pairs], above)
-
-
-def alignment_uniformity_of(emb: torch.Tensor, gold: Sequence[float], above: float = POSITIVE_SCORE) -> dict:
-    """The same from the vectors: rows 2i and 2i + 1 of emb (2 n, d) are pair i, of gold score gold[i]."""
-    positive = torch.tensor([score > above for score in gold])  # (n,)
-    if not positive.any():
-        raise ValueError(f"no pair has a gold score above {above}: alignment needs positive pairs")
-    x, y = emb[0::2][positive], emb[1::2][positive]  # (P, d) each: the paraphrase pairs
-    return {"alignment": alignment(x, y), "uniformity": uniformity(emb),
-            "positive_pairs": int(positive.sum()), "sentences": len(emb)}
 
 
 STSB_SPLITS = ("train", "dev", "test")
@@ -504,7 +447,7 @@ def missing_file(task: str, data_dir: Path) -> str | None:
 
 
 # ---------------------------------------------------------------------------
-# The entry points from Python: evaluate, and the training scripts' dev score
+# The entry point from Python: evaluate (the training scripts' dev score: train.dev_score)
 # ---------------------------------------------------------------------------
 
 def parse_tasks(tasks: str | Sequence[str]) -> list[str]:
@@ -552,50 +495,10 @@ def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = 
     return {**result, "details": details, "skipped": skipped}
 
 
-def dev_score(encoder, task: str, data_dir: str | Path | None = None, batch_size: int = 64) -> float:
-    """The training scripts' model-selection score (--eval-task, one of DEV_TASKS or rerank:PATH): `task` on its dev
-    data (stsb-dev; USEB's valid split; your own rerank:PATH)."""
-    check_dev_task(task, None)
-    return evaluate(encoder, [task], data_dir, batch_size, split="valid")[task]
-
-
-# The tasks model selection may read (--eval-task): each has dev data of its own, and whether a higher score is
-# better. Any other task would select on its test data (stsb, sickr, sts12-16, askubuntu, align-uniform: no dev
-# split here; USEB's TwitterPara: its "valid" split is its test set). rerank:PATH is the user's own file, taken
-# as dev data, higher (MAP) better. The held-out signals need no data folder: lines of the corpus (--heldout N).
-DEV_TASKS = {"stsb-dev": "higher", "useb-askubuntu": "higher", "useb-cqadupstack": "higher", "useb-scidocs": "higher",
-             "heldout-loss": "lower", "heldout-uniformity": "lower"}
-HELDOUT_TASKS = ("heldout-loss", "heldout-uniformity")
-
-
-def higher_is_better(task: str) -> bool:
-    """The direction of a dev task's score (DEV_TASKS; rerank:PATH: higher)."""
-    return DEV_TASKS.get(task, "higher") == "higher"
-
-
-def check_dev_task(task: str | None, data_dir: str | Path | None) -> None:
-    """The training scripts' check of --eval-task before anything is loaded: a one-line UsageError when `task` has
-    no dev data (DEV_TASKS, rerank:PATH), or, with data_dir, when its dev files are not there. None: no task."""
-    if task is None or task in HELDOUT_TASKS:
-        return
-    if task not in DEV_TASKS and not task.startswith("rerank:"):
-        why = ("USEB has no dev split for TwitterPara: its valid split is its test set" if task == "useb-twitterpara"
-               else "USEB's average includes TwitterPara, whose valid split is its test set" if task == "useb"
-               else "it has no dev data here, so selection would read its test data" if task in TASKS or task == "all"
-               else f"unknown task {task!r}")
-        raise UsageError(f"--eval-task {task}: {why}; choose one with dev data: {', '.join(DEV_TASKS)} or rerank:PATH")
-    if data_dir is None:
-        return
-    names = parse_tasks([task])
-    problem = next(filter(None, (missing_file(t, Path(data_dir)) for t in names)), None)
-    if problem:
-        raise UsageError(f"--eval-task {task}: {problem}")
-
-
 def stsb_dev_spearman(encoder, data_dir: str | Path | None = None, batch_size: int = 64) -> float:
     """STS benchmark dev Spearman x 100 (the original release's sts-dev.csv): the stsb-dev task, which the training
-    scripts select on with --eval-data unless --eval-task names another (they call dev_score, as this does)."""
-    return dev_score(encoder, "stsb-dev", data_dir, batch_size)
+    scripts select on with --eval-data unless --eval-task names another (train.dev_score)."""
+    return evaluate(encoder, ["stsb-dev"], data_dir, batch_size)["stsb-dev"]
 
 
 # ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@
   train                       the loop: forward, backward (in micro_batches), clip, step; then the machinery below
   RunState                    where a run stands (progress.json)
   epochs                      the loader's batches, epoch after epoch, from where a run stands
+  DEV_TASKS, check_dev_task   the scores selection may read: a task's dev data, never its test data
   ModelSelection              evaluation during training, the best encoder, early stopping
   HeldOut, training_evaluation   the dev signals of the selection flags (--eval-task, --heldout, --log-alignment)
   RunFolder                   OUT: checkpoint/ (what --resume needs), model/, best/, log.jsonl
@@ -32,7 +33,7 @@ from tqdm.auto import tqdm
 
 import data
 import evaluate
-from lib import datafiles, distributed
+from lib import align_uniform, datafiles, distributed
 from lib.card import ModelCard
 from lib.errors import ModelLoadError, UsageError
 from lib.weights import atomic_dir
@@ -63,7 +64,7 @@ class TrainSettings:
     eval_fn: Callable[[SentenceEncoder], float] | None = None  # e.g. STS-benchmark dev Spearman
     log_fn: Callable[[SentenceEncoder], dict] | None = None  # more numbers for log.jsonl at each evaluation
     eval_every: int = 0  # evaluate every N steps of each epoch, and at each epoch's end (with eval_fn)
-    higher_is_better: bool = True  # the direction of eval_fn's score (evaluate.higher_is_better)
+    higher_is_better: bool = True  # the direction of eval_fn's score (higher_is_better)
     keep_best: bool = False  # save the encoder with the best eval score to out/best
     patience: int = 0  # stop after this many evaluations without a better score (0: never)
     resume: bool = False
@@ -207,7 +208,49 @@ def epochs(loader: torch.utils.data.DataLoader, state: RunState) -> Iterator[tup
 
 
 # ----------------------------------------------------------------------------
-# Evaluation during training
+# Evaluation during training: which dev score (--eval-task), when, and what it keeps
+
+def dev_score(encoder, task: str, data_dir: str | Path | None = None, batch_size: int = 64) -> float:
+    """The training scripts' model-selection score (--eval-task, one of DEV_TASKS or rerank:PATH): `task` on its dev
+    data (stsb-dev; USEB's valid split; your own rerank:PATH)."""
+    check_dev_task(task, None)
+    return evaluate.evaluate(encoder, [task], data_dir, batch_size, split="valid")[task]
+
+
+# The tasks model selection may read (--eval-task): each has dev data of its own, and whether a higher score is
+# better. Any other task would select on its test data (stsb, sickr, sts12-16, askubuntu, align-uniform: no dev
+# split here; USEB's TwitterPara: its "valid" split is its test set). rerank:PATH is the user's own file, taken
+# as dev data, higher (MAP) better. The held-out signals need no data folder: lines of the corpus (--heldout N).
+DEV_TASKS = {"stsb-dev": "higher", "useb-askubuntu": "higher", "useb-cqadupstack": "higher", "useb-scidocs": "higher",
+             "heldout-loss": "lower", "heldout-uniformity": "lower"}
+
+
+HELDOUT_TASKS = ("heldout-loss", "heldout-uniformity")
+
+
+def higher_is_better(task: str) -> bool:
+    """The direction of a dev task's score (DEV_TASKS; rerank:PATH: higher)."""
+    return DEV_TASKS.get(task, "higher") == "higher"
+
+
+def check_dev_task(task: str | None, data_dir: str | Path | None) -> None:
+    """The training scripts' check of --eval-task before anything is loaded: a one-line UsageError when `task` has
+    no dev data (DEV_TASKS, rerank:PATH), or, with data_dir, when its dev files are not there. None: no task."""
+    if task is None or task in HELDOUT_TASKS:
+        return
+    if task not in DEV_TASKS and not task.startswith("rerank:"):
+        why = ("USEB has no dev split for TwitterPara: its valid split is its test set" if task == "useb-twitterpara"
+               else "USEB's average includes TwitterPara, whose valid split is its test set" if task == "useb"
+               else "it has no dev data here, so selection would read its test data" if task in evaluate.TASKS or task == "all"
+               else f"unknown task {task!r}")
+        raise UsageError(f"--eval-task {task}: {why}; choose one with dev data: {', '.join(DEV_TASKS)} or rerank:PATH")
+    if data_dir is None:
+        return
+    names = evaluate.parse_tasks([task])
+    problem = next(filter(None, (evaluate.missing_file(t, Path(data_dir)) for t in names)), None)
+    if problem:
+        raise UsageError(f"--eval-task {task}: {problem}")
+
 
 
 class ModelSelection:
@@ -253,7 +296,7 @@ class ModelSelection:
 #   heldout-loss        the method's own training loss (TSDAE: -log P(original | vector) per token, §3.1;
 #                       ConSERT: cl_weight x NT-Xent, §3.2) with every random draw fixed: the same noise, views and
 #                       dropout masks at every evaluation, so two evaluations differ only by the weights;
-#   heldout-uniformity  the uniformity of their vectors (evaluate.uniformity): spreading out, or collapsing.
+#   heldout-uniformity  the uniformity of their vectors (lib/align_uniform.py): spreading out, or collapsing.
 # Lower is better for both. Whether either tracks a labelled score is measured in docs/evaluation.md.
 
 
@@ -280,7 +323,7 @@ class HeldOut:
 
     def uniformity(self, encoder) -> float:
         """The uniformity of the held-out sentences' vectors (lower: more spread out)."""
-        return evaluate.uniformity(evaluate.encode_unique(encoder, self.sentences))
+        return align_uniform.uniformity(evaluate.encode_unique(encoder, self.sentences))
 
     def signals(self) -> dict:
         """{task: encoder -> score}: the --eval-task names of the held-out signals."""
@@ -295,7 +338,7 @@ def training_evaluation(args: argparse.Namespace, heldout: HeldOut | None) -> tu
     if args.eval_task in signals:
         eval_fn = signals.pop(args.eval_task)
     elif args.eval_data and args.eval_task:
-        eval_fn = lambda encoder: evaluate.dev_score(encoder, args.eval_task, args.eval_data)
+        eval_fn = lambda encoder: dev_score(encoder, args.eval_task, args.eval_data)
     else:
         eval_fn = None
     logged = [lambda encoder: {name: signal(encoder) for name, signal in signals.items()}] if signals else []

@@ -18,7 +18,6 @@ from typing import Callable, Sequence
 import torch
 
 import data
-import evaluate
 import train
 import tsdae
 from labs.noise_once import NoiseOnceDataset
@@ -86,7 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # check every input first: bad input stops the run before any model is loaded or any file is written
-    evaluate.check_dev_task(args.eval_task, args.eval_data)
+    train.check_dev_task(args.eval_task, args.eval_data)
     sentences = open_corpus(args.corpus, args.bad_lines)  # where each line is; its text stays on disk
     device = cli.device(args.device)
     cli.check_out_folder(Path(args.out), args.resume, args.overwrite)
@@ -173,7 +172,7 @@ def settings(args: argparse.Namespace, plain: tsdae.TSDAELoss, card: Callable, h
     return train.TrainSettings(
         out=Path(args.out), steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every, resume=args.resume,
         micro_batch=args.micro_batch or 0, eval_every=args.eval_every, eval_fn=eval_fn, log_fn=log_fn,
-        keep_best=eval_fn is not None, higher_is_better=evaluate.higher_is_better(args.eval_task), card=card,
+        keep_best=eval_fn is not None, higher_is_better=train.higher_is_better(args.eval_task), card=card,
         save_with_model=save_decoder)
 
 

@@ -26,6 +26,7 @@ import torch  # noqa: E402
 
 import evaluate  # noqa: E402
 from lib.weights import ModelLoadError, default_model_path  # noqa: E402
+from lib import align_uniform  # noqa: E402
 from lib.datafiles import load_stsb  # noqa: E402
 from model import SentenceEncoder  # noqa: E402
 
@@ -55,13 +56,13 @@ def similarities(encoder, pairs: list[tuple], n_random: int, seed: int) -> dict:
     """Cosines of n_random random pairs and of the paraphrase pairs, alignment and uniformity (the numbers of
     evaluate.py --tasks align-uniform), from one encoding of the set's distinct sentences."""
     emb = evaluate.encode_unique(encoder, [s for p in pairs for s in p[:2]])  # (2 n, d) unit rows: cosine = dot
-    positive = torch.tensor([p[2] > evaluate.POSITIVE_SCORE for p in pairs])  # (n,)
+    positive = torch.tensor([p[2] > align_uniform.POSITIVE_SCORE for p in pairs])  # (n,)
     x, y = emb[0::2][positive], emb[1::2][positive]  # (P, d) each
     i, j = map(list, zip(*random_pairs(len(emb), n_random, seed)))
     return {
         "random": (emb[i] * emb[j]).sum(-1).clamp(-1, 1),  # (R,) cosines of random pairs (rounding: |cos| <= 1)
         "paraphrase": (x * y).sum(-1).clamp(-1, 1),  # (P,) cosines of the paraphrase pairs
-        **evaluate.alignment_uniformity_of(emb, [p[2] for p in pairs]),
+        **align_uniform.alignment_uniformity_of(emb, [p[2] for p in pairs]),
     }
 
 

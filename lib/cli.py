@@ -159,7 +159,7 @@ def evaluates(args: argparse.Namespace) -> bool:
 
 def check_selection(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """--eval-task's default (stsb-dev with --eval-data, else heldout-loss with --heldout, else nothing is
-    evaluated), and the held-out tasks' need for --heldout. Which tasks have dev data: evaluate.check_dev_task."""
+    evaluated), and the held-out tasks' need for --heldout. Which tasks have dev data: train.check_dev_task."""
     if args.heldout < 0:
         p.error(f"--heldout must be 0 or more (got {args.heldout})")
     if args.eval_task is None:

@@ -271,7 +271,7 @@ def test_eval_task_drives_the_log_and_best(script, tiny_model_dir, small_corpus,
     assert list(scores) == [3, 4, 7, 8]  # every 3 steps of a 4-step epoch, and each epoch's end
     best_step = max(scores, key=scores.get)
     best = SentenceEncoder.from_pretrained(out / "best")
-    assert evaluate.dev_score(best, task, tmp_path) == pytest.approx(scores[best_step], abs=1e-9)
+    assert train.dev_score(best, task, tmp_path) == pytest.approx(scores[best_step], abs=1e-9)
     bad = run(script, "--corpus", small_corpus, "--model", tiny_model_dir, "--out", tmp_path / "other",
               "--eval-data", tmp_path, "--eval-task", "useb-askubuntu")
     assert "--eval-task useb-askubuntu: missing data file" in one_line_error(bad)
@@ -284,7 +284,7 @@ def test_a_task_without_dev_data_is_refused_in_one_line(task, small_corpus, tmp_
     """Selection reads dev data only: a test-only task is refused before anything loads, naming those with dev data
     (with or without --eval-data); TwitterPara by name, as USEB's valid split of it is its test set."""
     with pytest.raises(cli.UsageError) as refused:
-        evaluate.check_dev_task(task, None)
+        train.check_dev_task(task, None)
     message = str(refused.value)
     assert message.startswith(f"--eval-task {task}: ") and "stsb-dev, useb-askubuntu" in message
     if task in ("useb", "useb-twitterpara"):
@@ -298,9 +298,9 @@ def test_selection_reads_the_valid_split(monkeypatch):
     asked = []
     monkeypatch.setattr(evaluate, "evaluate", lambda encoder, tasks, data_dir, batch_size, split: (
         asked.append((tuple(tasks), split)) or {tasks[0]: 1.0}))
-    with_data = [task for task in evaluate.DEV_TASKS if task not in evaluate.HELDOUT_TASKS]
+    with_data = [task for task in train.DEV_TASKS if task not in train.HELDOUT_TASKS]
     for task in with_data:
-        assert evaluate.dev_score(None, task, "data") == 1.0
+        assert train.dev_score(None, task, "data") == 1.0
     assert asked == [((task,), "valid") for task in with_data]
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib import cli
+from lib import align_uniform, cli
 import evaluate
 import train
 import tsdae_train
@@ -86,9 +86,9 @@ def test_alignment_and_uniformity_equal_the_formulas_computed_naively():
 
 def test_uniformity_is_the_same_whatever_the_chunk():
     emb = torch.randn(301, 16)
-    whole = evaluate.uniformity(emb, chunk=301)
+    whole = align_uniform.uniformity(emb, chunk=301)
     for chunk in (1, 7, 100, 256, 1000):
-        assert evaluate.uniformity(emb, chunk=chunk) == pytest.approx(whole, abs=1e-12)
+        assert align_uniform.uniformity(emb, chunk=chunk) == pytest.approx(whole, abs=1e-12)
     f = torch.nn.functional.normalize(emb.double(), dim=-1)
     pdist_formula = torch.pdist(f, p=2).pow(2).mul(-2).exp().mean().log()  # Wang & Isola's one-liner
     assert whole == pytest.approx(float(pdist_formula), abs=1e-10)
@@ -96,20 +96,20 @@ def test_uniformity_is_the_same_whatever_the_chunk():
 
 def test_the_two_ends_collapsed_and_orthogonal():
     same = torch.ones(50, 8)  # one vector for everything
-    assert evaluate.uniformity(same) == pytest.approx(0.0, abs=1e-12)  # the worst: log E exp(0)
-    assert evaluate.alignment(same[:10], same[10:20]) == 0.0  # the best, which is why it is not the main score
+    assert align_uniform.uniformity(same) == pytest.approx(0.0, abs=1e-12)  # the worst: log E exp(0)
+    assert align_uniform.alignment(same[:10], same[10:20]) == 0.0  # the best, which is why it is not the main score
     basis = torch.eye(32) * 3  # all pairs at right angles: ||f(x) - f(y)||^2 = 2
-    assert evaluate.uniformity(basis) == pytest.approx(-4.0, abs=1e-12)
-    assert evaluate.alignment(basis[:16], basis[16:]) == pytest.approx(2.0)
+    assert align_uniform.uniformity(basis) == pytest.approx(-4.0, abs=1e-12)
+    assert align_uniform.alignment(basis[:16], basis[16:]) == pytest.approx(2.0)
 
 
 def test_bad_input_is_one_line():
     with pytest.raises(ValueError, match="no pair has a gold score above 4.0"):
         evaluate.alignment_uniformity(FakeEncoder({"a": [1.0], "b": [2.0]}), [("a", "b", 3.0)])
     with pytest.raises(ValueError, match="at least 2 sentences"):
-        evaluate.uniformity(torch.ones(1, 4))
+        align_uniform.uniformity(torch.ones(1, 4))
     with pytest.raises(ValueError, match="same shape"):
-        evaluate.alignment(torch.ones(2, 4), torch.ones(3, 4))
+        align_uniform.alignment(torch.ones(2, 4), torch.ones(3, 4))
 
 
 def test_the_task_scores_the_whole_sts_b_as_simcse(data_dir):
