@@ -307,7 +307,7 @@ def objective_class(stage: Stage, args: argparse.Namespace) -> type[ConSERTLoss]
 def build_objective(stage: Stage, encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
                     world: int) -> ConSERTLoss:
     """The stage's objective. Under torchrun its negatives (and NLI pairs) are every process's (--local-negatives:
-    each process's own). fast.py's pieces unless --plain or --bucketing (length buckets hold almost no padding:
+    each process's own). speedups/fast.py's pieces unless --plain or --bucketing (length buckets hold almost no padding:
     packing would cost); the cached gradient with --micro-batch. The same parameters and numbers each way."""
     gather = distributed.gather_with_local_grad if world > 1 and not args.local_negatives else own_rows
     objective = objective_class(stage, args)(

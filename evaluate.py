@@ -540,7 +540,7 @@ def make_parser() -> argparse.ArgumentParser:
                              "layers, ConSERT's official evaluation")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per encoder pass")
     parser.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...")
-    parser.add_argument("--plain", action="store_true", help="encode with the plain model.py code instead of fast.py's")
+    parser.add_argument("--plain", action="store_true", help="encode with the plain model.py code instead of speedups/fast.py's")
     parser.add_argument("--json", help="also write the scores and details to this JSON file")
     fetching = parser.add_argument_group("getting the data (lib/download.py)")
     fetching.add_argument("--fetch-data", metavar="DIR", type=Path,

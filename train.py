@@ -156,7 +156,7 @@ def micro_batches(batch: dict[str, torch.Tensor], size: int, objective: nn.Modul
     """The batch in parts of `size` rows (size 0: the whole batch, weight 1), each with its weight in the batch's
     loss. A loss that is a mean over objective.count(batch) terms (TSDAE's label tokens) is the sum over the parts
     of their means times count(part) / count(batch): averaging the parts' means instead would weigh a part with
-    few tokens as much as one with many. (ConSERT's NT-Xent is no mean over parts at all: gradcache.py.)"""
+    few tokens as much as one with many. (ConSERT's NT-Xent is no mean over parts at all: speedups/gradcache.py.)"""
     rows = len(next(iter(batch.values())))
     if not size or size >= rows:
         yield batch, 1.0

@@ -3,7 +3,7 @@
 
   make_parser, parse_args   every flag, with the paper's defaults (app. A, B)
   main                      the run, as a short list of the steps below
-  build_objective           the encoder and TSDAELoss (fast.py's pieces unless --plain; a lab's when asked)
+  build_objective           the encoder and TSDAELoss (speedups/fast.py's pieces unless --plain; a lab's when asked)
   denoising_pairs, pair_loader
                             (damaged, original) pairs in the reference's plain shuffled batches (--bucketing: by length)
   held_out_signals          --heldout N: the loss on lines kept out of training, a dev signal without labels
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_objective(args: argparse.Namespace, device: torch.device) -> tuple[tsdae.TSDAELoss, tsdae.TSDAELoss]:
     """(the plain objective, the one that trains): the encoder of --model with the decoder tied to it; under
-    torchrun its loss is the mean over every process's tokens. What trains is the plain objective with fast.py's
+    torchrun its loss is the mean over every process's tokens. What trains is the plain objective with speedups/fast.py's
     pieces swapped in (the same parameters and numbers), unless --plain or a lab that reads token states."""
     base_model = args.model or default_model_path()
     encoder = SentenceEncoder.from_pretrained(base_model, pooling=args.pooling, max_length=args.max_length)

@@ -1,4 +1,4 @@
-"""What each piece of fast.py buys: in-process A/B, alternating the versions step by step on the same batches.
+"""What each piece of speedups/fast.py buys: in-process A/B, alternating the versions step by step on the same batches.
 
     python bench/ab.py                     # TSDAE, encode and ConSERT (about 10 minutes on 2 CPU cores)
     python bench/ab.py --only tsdae --steps 60

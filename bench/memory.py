@@ -1,5 +1,5 @@
 """Peak memory and seconds per sentence of ConSERT's training step, by batch size, with and without the cached
-gradient (--micro-batch, gradcache.py): does the memory stop growing with the batch, and what does it cost?
+gradient (--micro-batch, speedups/gradcache.py): does the memory stop growing with the batch, and what does it cost?
 
     python bench/memory.py [--batch-sizes 64 256 1024] [--micro-batch 64] [--steps 3] [--corpus FILE]
 

@@ -28,7 +28,7 @@ ev() {  # ev NAME MODEL TASKS [--pooling P]
 
 data() {
     # the unlabelled STS sentences (STS12-16, STS-b, SICK): 89,192 lines, used whole (not deduplicated)
-    python -c "import consert_train; open('runs/sts_sentences.txt','w').write('\n'.join(consert_train.sts_corpus('$DATA')))"
+    python -c "from lib.datafiles import sts_corpus; open('runs/sts_sentences.txt','w').write('\n'.join(sts_corpus('$DATA')))"
     # the target domain: unique sentences of the TwitterPara test sets (URL corpus cols 1-2, PIT test.data cols 3-4)
     DATA=$DATA python - <<'PY'
 import os

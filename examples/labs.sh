@@ -42,8 +42,8 @@ SIMCSE="--corpus runs/sts_sentences.txt --steps 100 --batch-size 64 --lr 3e-5 --
 HALVES=stsb,align-uniform  # labs 3 and 4: STS-b, and SimCSE's two halves (alignment, uniformity)
 
 data() {  # the STS sentences (89,192 lines), and 600 of them for lab 2 (every 148th)
-    run sts_sentences python -c "import consert_train; open('runs/sts_sentences.txt','w').write('\n'.join(consert_train.sts_corpus('$DATA')))"
-    run sts_600 python -c "import consert_train; open('runs/sts_600.txt','w').write('\n'.join(consert_train.sts_corpus('$DATA')[::148][:600]))"
+    run sts_sentences python -c "from lib.datafiles import sts_corpus; open('runs/sts_sentences.txt','w').write('\n'.join(sts_corpus('$DATA')))"
+    run sts_600 python -c "from lib.datafiles import sts_corpus; open('runs/sts_600.txt','w').write('\n'.join(sts_corpus('$DATA')[::148][:600]))"
 }
 lab1() {  # token cutoff: cut tokens attended to as zero vectors (official) or masked out
     arm lab1_cutoff consert.py $CONSERT --view1 none --view2 token_cutoff --rate2 0.2

@@ -1,6 +1,6 @@
-"""The command-line toolkit of the scripts: tsdae.py, consert_train.py (which `python consert.py` runs),
-evaluate.py, examples/reconstruct.py and bench/. Only scripts import it: the layers below (train.py, the
-methods, model.py, card.py, data.py, weights.py) know no command line.
+"""The command-line toolkit of the scripts: tsdae_train.py and consert_train.py (which `python tsdae.py` and `python
+consert.py` run), evaluate.py, examples/reconstruct.py and bench/. Only scripts import it: train.py, the
+methods, model.py, data.py and the rest of lib/ know no command line.
 
   ArgumentParser, HelpFormatter   argparse with one-line errors, and --help with each default shown once
   add_run_arguments               the flags every training run has (--out, --resume, --device, --amp, ...)
@@ -9,7 +9,7 @@ methods, model.py, card.py, data.py, weights.py) know no command line.
   model_card                      what a run's saved models say of how they were made (README.md, card.py)
   non_default_settings, command_line   the run's arguments as the card lists them
   device                          --device as a torch.device, with one-line errors
-  UsageError                      a run that cannot go on as asked (defined in data.py, for the layers below)
+  UsageError                      a run that cannot go on as asked (lib/errors.py, for every layer)
   run                             a script's entry point: a user's mistake ends in one line, not a traceback
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ The model card (README.md of a trained folder) is card.py's: it reads a folder t
 
 Who owns loading: model.py. It builds the modules (Bert, SentenceEncoder) and asks this file for what a
 folder holds: config values, tensors by name, a tokenizer. This file knows files and names only, never
-the modules, so it imports nothing of this repository and model.py imports it (the other way round,
+the modules, so it imports nothing of this repository but lib/errors.py, and model.py imports it (the other way round,
 model.py and this file would import each other: loading needs Bert, and Bert's from_pretrained needs loading).
 """
 from __future__ import annotations

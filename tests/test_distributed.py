@@ -92,7 +92,7 @@ def test_two_processes_train_like_one_consert_with_gathered_negatives(tiny_model
     launch("consert.py", 1, *common, "--out", tmp_path / "one")
     launch("consert.py", 2, *common, "--out", tmp_path / "two")
     assert_same_run(tmp_path / "one", tmp_path / "two")
-    # the cached gradient in chunks of 3 (gradcache.py), its gradients summed over the processes without DDP
+    # the cached gradient in chunks of 3 (speedups/gradcache.py), its gradients summed over the processes without DDP
     launch("consert.py", 2, *common, "--micro-batch", 3, "--out", tmp_path / "chunks")
     assert_same_run(tmp_path / "one", tmp_path / "chunks")
     launch("consert.py", 2, *common, "--local-negatives", "--out", tmp_path / "local")

@@ -1,4 +1,4 @@
-"""download.py, offline: the evaluation data folder itself serves as the mirror (file:// URLs); USEB's zips are
+"""lib/download.py, offline: the evaluation data folder itself serves as the mirror (file:// URLs); USEB's zips are
 stand-ins made here."""
 import shutil
 import zipfile

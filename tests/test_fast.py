@@ -1,4 +1,4 @@
-"""fast.py: each speed-up gives the numbers of the plain piece it replaces, on the real MiniLM weights."""
+"""speedups/fast.py: each speed-up gives the numbers of the plain piece it replaces, on the real MiniLM weights."""
 import copy
 import dataclasses
 

@@ -1,4 +1,4 @@
-"""The cached gradient (gradcache.py): the whole batch's loss and gradient in chunks, in training mode with its
+"""The cached gradient (speedups/gradcache.py): the whole batch's loss and gradient in chunks, in training mode with its
 random draws, for every view and every strategy; the refusal where it is not exact."""
 from pathlib import Path
 

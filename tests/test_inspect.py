@@ -1,5 +1,5 @@
 """Seeing what training does: alignment and uniformity (evaluate.py's align-uniform task), the similarity plot
-(examples/plot_similarities.py), and the model card a trained folder carries (card.py)."""
+(examples/plot_similarities.py), and the model card a trained folder carries (lib/card.py)."""
 import argparse
 import hashlib
 import math
@@ -197,7 +197,7 @@ def test_plot_similarities_labels_and_pairs():
     assert len(pairs) == 200 and all(i != j for i, j in pairs) and pairs == script["random_pairs"](5, 200, seed=3)
 
 
-# ---------------------------------------------------------------- the model card (card.py)
+# ---------------------------------------------------------------- the model card (lib/card.py)
 
 HOSTILE = ['he said "no": then # left\n---\nlicense: mit', "back\\slash\t\r\n", "é – 😀 \u2028 \x85 \x00 end",
            "- [a, b]"]

@@ -179,7 +179,7 @@ def test_the_token_memory_loss_reads_the_states_the_vector_loss_never_sees(tiny_
 
 
 def test_the_lab_flags_train(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
-    """--decoder-memory tokens --noise-once: two steps on the plain path (fast.py's decoder reads one vector)."""
+    """--decoder-memory tokens --noise-once: two steps on the plain path (speedups/fast.py's decoder reads one vector)."""
     seen = {}
     real_train = train.train
 

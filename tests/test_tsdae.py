@@ -358,7 +358,7 @@ def losses(out: Path) -> list[float]:
 
 
 def test_tiny_model_overfits_16_sentences(tiny_model_dir, small_corpus, tmp_path):
-    """The default command trains: python tsdae.py (TSDAELoss.forward, with fast.py's pieces inside)."""
+    """The default command trains: python tsdae.py (TSDAELoss.forward, with speedups/fast.py's pieces inside)."""
     tsdae_train.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
                       "--steps", "150", "--batch-size", "16", "--lr", "5e-3", "--save-every", "0"])
     assert sum(losses(tmp_path)[-10:]) / 10 < 0.5
