@@ -125,19 +125,25 @@ def test_grade_student_runs_the_held_back_tests_and_writes_gradescope_results(tm
         results = dict(zip(runs, pool.map(lambda args: assignments_command(*args), runs.values())))
     assert results["public only"].returncode == 0, results["public only"].stdout[-2000:]
     assert results["shuffles"].returncode == 1, results["shuffles"].stdout[-2000:]
-    assert f"FAILED {assignments.HELD_BACK[3][0]}" in results["shuffles"].stdout
+    assert f"FAILED {list(assignments.HELD_BACK[3])[0]}" in results["shuffles"].stdout
     assert results["solution"].returncode == 0, results["solution"].stdout[-2000:]
 
     shuffles = json.loads((tmp_path / "s.json").read_text())
-    three, nine = shuffles["tests"]
+    three, nine = [t for t in shuffles["tests"] if t["visibility"] == "visible"]
     assert (three["name"], three["score"], three["max_score"]) == ("Exercise 3: delete_words", 0, 1)
-    assert three["output"] == "1 held-back test failed"
+    (what,) = assignments.HELD_BACK[3].values()
+    assert three["output"] == f"held-back test failed: {what}"  # what it checks, not its name or its cases
+    later = [t for t in shuffles["tests"] if t["visibility"] == "after_published"]
+    assert [(t["name"], t["max_score"], t["output"]) for t in later if t["name"].startswith("Exercise 3")] == [
+        (f"Exercise 3, held back: {what}", 0, "failed")]
     assert (nine["score"], nine["max_score"], shuffles["score"]) == (0, 1, 0)
     assert "NotImplementedError: Exercise 9: see ASSIGNMENTS.md" in nine["output"]
     assert not [test for test in HELD_BACK if test.split("::")[1] in json.dumps(shuffles)]  # counted, not named
     solution = json.loads((tmp_path / "ok.json").read_text())
-    assert solution["score"] == 2 and all(t["score"] == t["max_score"] == 1 for t in solution["tests"])
-    assert all(re.fullmatch(r"all \d+ tests passed", t["output"]) for t in solution["tests"]), solution
+    visible = [t for t in solution["tests"] if t["visibility"] == "visible"]
+    assert solution["score"] == 2 and all(t["score"] == t["max_score"] == 1 for t in visible)
+    assert all(re.fullmatch(r"all \d+ tests passed", t["output"]) for t in visible), solution
+    assert all(t["output"] == "passed" for t in solution["tests"] if t not in visible)
 
 
 # The exercises each default command runs (tiny model: safetensors; the unsupervised ConSERT default views are
@@ -171,3 +177,93 @@ def test_the_default_commands_train_the_students_code(tmp_path, tiny_model_dir, 
             last = result.stderr.strip().splitlines()[-1]
             assert result.returncode != 0 and "Traceback" not in result.stderr, (script, number, result.stderr[-2000:])
             assert last == f"error: not written yet: Exercise {number}: see ASSIGNMENTS.md", (script, number, last)
+
+
+def test_assignments_md_gives_each_exercise_the_codes_signature():
+    """Every `file: Function(params)` ASSIGNMENTS.md asks for is the marked function's own signature (its
+    parameters, self and **_ left out): the text and the code cannot drift apart."""
+    import importlib
+    import inspect
+
+    text = (ROOT / "ASSIGNMENTS.md").read_text(encoding="utf-8")
+    for number, path, qualified in assignments.marked_functions():
+        module = importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts))
+        function = module
+        for part in qualified.split("."):
+            function = getattr(function, part)
+        params = [p.name for p in inspect.signature(function).parameters.values()
+                  if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+        file = path.relative_to(ROOT).as_posix()
+        asked = re.findall(rf"`(?:{re.escape(file)}: )?{re.escape(qualified)}\(([^)`]*)\)`", text)
+        assert asked, f"ASSIGNMENTS.md never gives `{file}: {qualified}(...)` (exercise {number})"
+        for given in asked:
+            assert [p.strip() for p in given.split(",") if p.strip()] == params, (qualified, given, params)
+
+
+def test_the_grader_runs_only_the_students_marked_functions(tmp_path):
+    """A submission whose exercise 1 is blanked and whose model.py, at module level, makes pytest pass every test and
+    torch.testing accept anything, scores 0 for exercise 1: grading splices the marked function into this
+    repository's model.py, and nothing else of the student's file runs."""
+    assignments.make_student(tmp_path / "cheat", {1})
+    model_py = tmp_path / "cheat" / "model.py"
+    model_py.write_text(model_py.read_text(encoding="utf-8") + (
+        "\nimport sys\nif 'pytest' in sys.modules:\n    import _pytest.python\n"
+        "    _pytest.python.Function.runtest = lambda self: None\ntorch.testing.assert_close = lambda *a, **k: None\n"),
+        encoding="utf-8")
+    result = assignments_command("grade", "1", "--student", str(tmp_path / "cheat"), "--json", str(tmp_path / "r.json"))
+    assert result.returncode == 1, result.stdout[-2000:]
+    (one,) = [t for t in json.loads((tmp_path / "r.json").read_text())["tests"] if t["visibility"] == "visible"]
+    assert one["score"] == 0 and "NotImplementedError: Exercise 1" in one["output"]
+    assert "lambda self: None" in model_py.read_text(encoding="utf-8")  # the student's file itself is untouched
+
+
+def test_a_function_that_never_returns_times_out_and_the_other_tests_keep_their_results(tmp_path):
+    """A delete_words that redraws until a word survives never returns at ratio 1: its tests stop after the time
+    limit as "timed out", exercise 3 scores 0, and the test that passed before keeps its result."""
+    assignments.make_student(tmp_path / "loops", {3})
+    tsdae_py = tmp_path / "loops" / "tsdae.py"
+    stub = '    raise NotImplementedError(\'Exercise 3: see ASSIGNMENTS.md\')\n'
+    assert stub in tsdae_py.read_text(encoding="utf-8")
+    tsdae_py.write_text(tsdae_py.read_text(encoding="utf-8").replace(stub, (
+        "    while True:  # redraw until something survives\n"
+        "        kept = [w for w in words if rng.random() >= ratio]\n"
+        "        if kept or not words:\n"
+        "            return kept\n")), encoding="utf-8")
+    result = subprocess.run([sys.executable, str(ROOT / "course" / "assignments.py"), "grade", "3", "--student",
+                             str(tmp_path / "loops"), "--json", str(tmp_path / "r.json")], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300,
+                            env={**os.environ, "EVAL_DATA_DIR": str(DATA_DIR), "ASSIGNMENTS_TEST_TIMEOUT": "5"})
+    assert result.returncode == 1, result.stdout[-2000:]
+    tests = json.loads((tmp_path / "r.json").read_text())["tests"]
+    (three,) = [t for t in tests if t["visibility"] == "visible"]
+    assert three["score"] == 0 and "timed out after 5 s" in three["output"], three
+    assert "held-back test timed out" in three["output"]
+    assert "test_noise_is_fresh_each_epoch_and_repeatable" not in three["output"]  # it passed, and stays passed
+
+
+def test_the_autograder_zip_grades_a_submission_in_an_empty_folder(tmp_path):
+    """make-autograder's zip, unpacked into an empty folder with a submission beside it, writes a valid results.json
+    (Gradescope's layout) from run_autograder alone."""
+    zip_path = tmp_path / "autograder.zip"
+    made = assignments_command("make-autograder", str(zip_path), "--only", "3")
+    assert made.returncode == 0, made.stderr[-2000:]
+    import zipfile
+
+    unpacked = tmp_path / "autograder"
+    with zipfile.ZipFile(zip_path) as archive:
+        names = archive.namelist()
+        archive.extractall(unpacked)
+    assert {"setup.sh", "run_autograder", "repo/course/assignments.py"} <= set(names)
+    assert not [n for n in names if n.startswith(("repo/.venv", "repo/runs", "repo/data/"))]
+    assignments.make_student(tmp_path / "submission", {3})  # exercise 3 not written: 0 points
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)  # Gradescope's python3, with this test's packages
+    (unpacked / "run_autograder").chmod(0o755)
+    result = subprocess.run(["bash", str(unpacked / "run_autograder")], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "EVAL_DATA_DIR": str(DATA_DIR),
+                                 "SUBMISSION": str(tmp_path / "submission"), "RESULTS": str(tmp_path / "results")})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert results["score"] == 0 and {t["visibility"] for t in results["tests"]} == {"visible", "after_published"}
+    assert all({"name", "score", "max_score", "visibility", "output"} <= set(t) for t in results["tests"])

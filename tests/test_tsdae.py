@@ -76,7 +76,11 @@ def test_loss_and_gradients_equal_sentence_transformers(minilm_path, sts_sentenc
     features = lambda ids, mask: {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
     ref_loss = ref([features(batch["damaged_ids"], batch["damaged_mask"]),
                     features(batch["original_ids"], batch["original_mask"])], None)
-    assert abs(loss.item() - ref_loss.item()) < 1e-4
+    assert abs(loss.item() - ref_loss.item()) < 1e-4, (
+        f"the TSDAE loss on 16 real sentences is {loss.item():.5f}, sentence-transformers' {ref_loss.item():.5f}: "
+        "compared are the two losses on the same damaged and original token ids, in eval mode. Likely causes: the "
+        "decoder layer (exercise 4: test_decoder_layer_is_its_three_post_norm_blocks names the mistake), the labels "
+        "shifted the wrong way or padding counted (exercise 5)")
 
     loss.backward()
     ref_loss.backward()
@@ -87,7 +91,9 @@ def test_loss_and_gradients_equal_sentence_transformers(minilm_path, sts_sentenc
             # softmax(q.(k + b)) does not depend on the key bias b: its true gradient is 0, both sides are float noise
             assert p.grad.abs().max() < 1e-6 and g_ref.abs().max() < 1e-6
             continue
-        assert (p.grad - g_ref).abs().max() <= 1e-4 * g_ref.abs().max(), name
+        assert (p.grad - g_ref).abs().max() <= 1e-4 * g_ref.abs().max(), (
+            f"the gradient of the encoder's {name} differs from sentence-transformers' (the losses agree): a block "
+            "whose output does not reach the loss the same way, e.g. a residual or the causal mask")
     ref_decoder = dict(ref.decoder.named_parameters())
     for i, layer in enumerate(ours.decoder.layers):  # the cross-attention (the fast path keeps only v and out)
         for ours_name, hf_name in [("v", "self.value"), ("out", "output.dense")]:
@@ -149,7 +155,9 @@ def test_decoder_sees_only_the_cls_vector(tiny_objective_on_path, small_corpus):
     ds = tsdae.DenoisingDataset(read_corpus(small_corpus), obj.encoder.tokenizer, 64)
     batch = tsdae.collate_pairs([ds[(0, i)] for i in range(4)])
     unchanged, scrambled = losses_with_scrambled_token_states(obj, batch)
-    assert unchanged == scrambled
+    assert unchanged == scrambled, (
+        f"with every encoder state but [CLS] replaced by noise the loss moved ({unchanged:.5f} -> {scrambled:.5f}): "
+        "the decoder must read the sentence vector alone (the memory), never the token states")
 
 
 def test_loss_is_the_cross_entropy_over_real_label_tokens(tiny_objective_on_path, small_corpus):
@@ -167,6 +175,64 @@ def test_loss_is_the_cross_entropy_over_real_label_tokens(tiny_objective_on_path
         per_sentence = obj(b)
     n_tokens = b["original_mask"][:, 1:].sum()
     assert abs(per_sentence.item() - full.item() * n_tokens.item() / 6) < 1e-3
+
+
+def decoder_layer_variants(layer, x: torch.Tensor, memory: torch.Tensor, causal: torch.Tensor) -> dict:
+    """{what: the output} of tsdae.DecoderLayer's three post-LayerNorm blocks written out, x = LN(x + dropout(block(x)))
+    (what), and of the usual mistakes (the others). Each starts from the same seed: in training mode every version
+    draws its dropout masks in the order its blocks run."""
+    sa, ca, ff = (lambda h: layer.self_attn(h, causal)), (lambda h: layer.cross_attn(h, memory=memory)), layer.ffn
+    norms, drop, same = (layer.self_attn_norm, layer.cross_attn_norm, layer.ffn_norm), layer.dropout, lambda h: h
+
+    def run(blocks=(sa, ca, ff), dropout=drop, residual=(True, True, True), post_norm=True):
+        torch.manual_seed(11)
+        h = x
+        for block, norm, keep in zip(blocks, norms, residual):
+            if post_norm:
+                h = norm((h if keep else 0) + dropout(block(h)))
+            else:  # pre-LN, as GPT-2: the norm inside the residual branch
+                h = (h if keep else 0) + dropout(block(norm(h)))
+        return h
+
+    return {
+        "the three blocks": run(),
+        "no self.dropout on the blocks' outputs: apply it to each block's output before adding the residual": run(
+            dropout=same),
+        "no residual around the self-attention: x = LN(x + dropout(SelfAttn(x)))": run(residual=(False, True, True)),
+        "no residual around the cross-attention": run(residual=(True, False, True)),
+        "no residual around the feed-forward block": run(residual=(True, True, False)),
+        "the LayerNorm before the block (pre-LN); BERT's blocks are post-LN: LN(x + dropout(block(x)))": run(
+            post_norm=False),
+        "self-attention without the causal mask: pass `causal` to self.self_attn": run(
+            blocks=(lambda h: layer.self_attn(h, None), ca, ff)),
+        "cross-attention reading x instead of the memory: self.cross_attn(x, memory=memory)": run(
+            blocks=(sa, lambda h: layer.cross_attn(h), ff)),
+    }
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_decoder_layer_is_its_three_post_norm_blocks(tiny_model_dir, mode):
+    """Exercise 4: DecoderLayer.forward against its three blocks written out, in eval mode and in training mode with
+    dropout on (the same random draws). When they differ the message names the likely cause: the output equals
+    one of the usual mistakes."""
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+                     hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.2)
+    torch.manual_seed(3)
+    layer = tsdae.DecoderLayer(Bert(cfg).layers[0], cfg).train(mode == "train")
+    x, memory = torch.randn(2, 6, 32), torch.randn(2, 1, 32)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    with torch.no_grad():
+        variants = decoder_layer_variants(layer, x, memory, causal)
+        torch.manual_seed(11)
+        yours = layer(x, memory, causal)
+    expected = variants.pop("the three blocks")
+    difference = (yours - expected).abs().max().item()
+    if difference > 1e-5:
+        causes = [what for what, out in variants.items() if torch.allclose(yours, out, atol=1e-5)]
+        hint = (f"it equals the layer with {causes[0]}" if causes else
+                "it matches none of the usual mistakes (" + "; ".join(w.split(":")[0] for w in variants) + ")")
+        pytest.fail(f"DecoderLayer.forward({mode} mode) differs from x = LN(x + dropout(block(x))) for self-attention, "
+                    f"cross-attention and feed-forward by up to {difference:.3g}: {hint}", pytrace=False)
 
 
 def test_decoder_is_causal_and_every_position_reads_the_sentence_vector(tiny_objective):
@@ -294,6 +360,19 @@ def test_deletion_removes_60_percent_and_never_everything(tokenizer, sts_sentenc
                 total += len(words)
     assert abs(deleted / total - 0.6) <= 0.02
     assert tsdae.delete_words([[7]], 0.99, rng) == [[7]]  # a one-word sentence survives
+
+
+def test_deletion_returns_a_new_list_of_survivors_in_order_and_a_random_one_when_all_go():
+    """Exercise 3's contract (ASSIGNMENTS.md): `words` is left as it was; the survivors keep their order; when every
+    word is deleted, the one kept is drawn at random, not always the same."""
+    rng = random.Random(1)
+    words = [[1000 + i] for i in range(12)]
+    before = [list(w) for w in words]
+    kept = tsdae.delete_words(words, 0.5, rng)
+    assert words == before, "delete_words changed the list it was given: build a new list instead"
+    assert kept == [w for w in words if w in kept], "the survivors must keep their order in the sentence"
+    survivors = {tuple(tsdae.delete_words(words, 1.0, rng)[0]) for _ in range(60)}
+    assert len(survivors) > 3, "at ratio 1 every word goes: keep one drawn at random (rng.choice), not always the same"
 
 
 def test_deletion_keeps_the_survivors_in_order_at_any_ratio():
