@@ -108,15 +108,18 @@ def test_the_student_copy_leaves_the_held_back_tests_out_and_its_public_tests_co
 
 
 def test_grade_student_runs_the_held_back_tests_and_writes_gradescope_results(tmp_path):
-    """A student's exercise 3 that keeps the right words but shuffles them passes the public tests (grade --repo)
-    and fails a held-back one (grade --student), which results.json counts without naming. With exercise 9
-    blanked, its entry scores 0 and shows the stub's message; on this solution every entry scores 1."""
+    """A student's exercise 3 that deletes the right share of words, but as a count drawn once per sentence rather than
+    each word on its own, passes the public tests (grade --repo) and fails a held-back one (grade --student), which
+    results.json describes without naming. With exercise 9 blanked, its entry scores 0 and shows the stub's message;
+    on this solution every entry scores 1."""
     assignments.make_student(tmp_path / "shuffles", {9})
     tsdae_py = tmp_path / "shuffles" / "tsdae.py"
     solution_line = "    return kept if kept or not words else [rng.choice(words)]\n"
     assert solution_line in tsdae_py.read_text(encoding="utf-8")
-    tsdae_py.write_text(tsdae_py.read_text(encoding="utf-8").replace(
-        solution_line, "    rng.shuffle(kept)  # the survivors lose their order\n" + solution_line), encoding="utf-8")
+    count = ("    gone = set(rng.sample(range(len(words)), int(ratio * len(words) + rng.random())))  # E[count] = ratio n\n"
+             "    kept = [w for i, w in enumerate(words) if i not in gone]\n")
+    tsdae_py.write_text(tsdae_py.read_text(encoding="utf-8").replace(solution_line, count + solution_line),
+                        encoding="utf-8")
     student = str(tmp_path / "shuffles")
     runs = {"public only": ("grade", "3", "--repo", student),
             "shuffles": ("grade", "3", "9", "--student", student, "--json", str(tmp_path / "s.json")),
