@@ -269,6 +269,9 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
     encoder = build_encoder(stage, model_dir, args)
     objective = build_objective(stage, encoder, args, device, world)
     trained, kept_out = hold_out(inputs, args.heldout)  # --heldout N: a dev signal without labels
+    if kept_out and rank == 0:
+        print(f"--heldout {args.heldout}: {len(kept_out)} {'lines' if stage.kind == 'unsup' else 'NLI pairs'} kept out "
+              f"of training, and {len(inputs) - len(kept_out) - len(trained)} more that repeat one of their sentences")
     loader = stage_loader(stage, trained, encoder, args, device, rank, world)
     heldout = held_out_signals(stage, kept_out, objective, args, device)
     settings = stage_settings(stage, out, resume, args, argv, inputs, heldout,

@@ -35,8 +35,8 @@ import data
 import evaluate
 from lib import align_uniform, datafiles, distributed
 from lib.card import ModelCard
-from lib.errors import ModelLoadError, UsageError
-from lib.weights import atomic_dir
+from lib.errors import CorpusError, ModelLoadError, UsageError
+from lib.weights import atomic_dir, write_atomically
 from model import SentenceEncoder
 
 
@@ -114,9 +114,16 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
     scaler = torch.amp.GradScaler(device.type, enabled=settings.amp == "fp16")
     with RunFolder(settings, encoder, objective, optimizer) as run, StopOnSignal() as stop:
         state = run.load_checkpoint() if settings.resume else RunState(steps=settings.steps)
-        selection, shown = ModelSelection(settings, encoder, run), Progress(state.step, settings.steps, run.writes)
+        selection = ModelSelection(settings, encoder, run)
+        trained_out = lambda: state.step >= settings.steps or selection.patience_ran_out(state)
+        if state.done and trained_out():  # --resume of a finished run: nothing to do, nothing is written
+            if run.writes:
+                print(f"{run.out} finished at step {state.step} of {state.steps}: nothing to train (--resume with a "
+                      "larger --steps goes on)")
+            return state
+        state.done, shown = False, Progress(state.step, settings.steps, run.writes)
         try:
-            for batch, ends_epoch in epochs(loader, state):
+            for batch, ends_epoch in () if trained_out() else epochs(loader, state):
                 t0 = time.perf_counter()
                 for group in optimizer.param_groups:
                     group["lr"] = settings.lr * lr_factor(state.step, settings)
@@ -140,13 +147,18 @@ def train(encoder: SentenceEncoder, objective: nn.Module, loader: torch.utils.da
                 run.after_step(state, record)  # log.jsonl, and a checkpoint every save_every steps
                 shown.update(record, sentences=batch_size(batch), seconds=time.perf_counter() - t0)
                 stop.check()  # after Ctrl-C / SIGTERM: KeyboardInterrupt, now that the step is whole
-                if state.step >= settings.steps or selection.patience_ran_out(state):
+                if trained_out():
                     break
         except KeyboardInterrupt:
             shown.close()
             stop.ignore()  # saving takes a second: a further Ctrl-C must not break it off
             run.save_interrupted(state)
             raise SystemExit(130)
+        except CorpusError as e:  # the corpus file changed under the run: its lines are no longer the ones counted
+            shown.close()
+            run.save_progress(state)
+            reason = str(e).strip().splitlines()[-1].split("CorpusError: ")[-1]  # a DataLoader worker's, too
+            raise TrainingStopped(f"{reason}; stopped after step {state.step}, saved in {run.checkpoint}") from None
         shown.close()
         run.save_finished(state)
     return state
@@ -367,10 +379,11 @@ class RunFolder:
     def __enter__(self) -> RunFolder:
         self.log_file = None
         if self.writes:  # a fresh run starts a fresh log; --resume continues the old one
-            self.out.mkdir(parents=True, exist_ok=True)
-            if self.settings.resume:
-                self.drop_logged_steps_after_the_checkpoint()
-            self.log_file = open(self.out / "log.jsonl", "a" if self.settings.resume else "w", encoding="utf-8")
+            with self.writing(self.out / "log.jsonl"):
+                self.out.mkdir(parents=True, exist_ok=True)
+                if self.settings.resume:
+                    self.drop_logged_steps_after_the_checkpoint()
+                self.log_file = open(self.out / "log.jsonl", "a" if self.settings.resume else "w", encoding="utf-8")
         return self
 
     def drop_logged_steps_after_the_checkpoint(self) -> None:
@@ -386,14 +399,14 @@ class RunFolder:
                     kept.append(line)
             except (json.JSONDecodeError, KeyError, TypeError):
                 pass
-        tmp = log.with_name("log.jsonl.tmp")
-        tmp.write_text("".join(kept), encoding="utf-8")
-        tmp.replace(log)
+        with self.writing(log):
+            write_atomically(log, "".join(kept))
 
     def after_step(self, state: RunState, record: dict) -> None:
         if self.log_file:
-            self.log_file.write(json.dumps(record) + "\n")
-            self.log_file.flush()
+            with self.writing(self.out / "log.jsonl"):
+                self.log_file.write(json.dumps(record) + "\n")
+                self.log_file.flush()
         if self.settings.save_every and state.step % self.settings.save_every == 0:
             self.save_checkpoint(state)
 
@@ -447,20 +460,28 @@ class RunFolder:
         if saved["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(saved["cuda_rng"])
         state = read_progress(self.checkpoint)
-        state.steps, state.done = self.settings.steps, False  # the run may go on to a new --steps
+        state.steps = self.settings.steps  # the run may go on to a larger --steps
         return state
+
+    def save_progress(self, state: RunState) -> None:
+        """checkpoint/ and model/ as the run stands: the last whole step."""
+        self.save_checkpoint(state)
+        self.save_model("model", state)
 
     def save_interrupted(self, state: RunState) -> None:
         if self.writes:
-            self.save_checkpoint(state)
-            self.save_model("model", state)
+            self.save_progress(state)
             print(f"\ninterrupted at step {state.step} of {state.steps}: the encoder so far is in "
                   f"{self.out / 'model'}; continue with --resume", file=sys.stderr)
 
     def save_finished(self, state: RunState) -> None:
-        state.done = True  # progress.json says so: a finished stage of a two-stage run is not redone
-        self.save_checkpoint(state)
-        self.save_model("model", state)
+        """checkpoint/ and model/, then progress.json marked done: a run (a stage of a two-stage run) counts as
+        finished only once its model is written; one whose last write failed resumes into that write."""
+        self.save_progress(state)
+        state.done = True
+        if self.writes:
+            with self.writing(self.checkpoint):
+                write_atomically(self.checkpoint / "progress.json", json.dumps(asdict(state)) + "\n")
         if self.writes and state.step < state.steps:
             print(f"stopped early at step {state.step}: no better dev score in {self.settings.patience} evaluations")
 

@@ -90,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     device = cli.device(args.device)
     cli.check_out_folder(Path(args.out), args.resume, args.overwrite)
     card = cli.model_card("TSDAE", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr)
+    lines = len(sentences)
     sentences, kept_out = hold_out(sentences, args.heldout)  # --heldout N: a dev signal without labels
+    if kept_out and distributed.rank() == 0:
+        print(f"--heldout {args.heldout}: {len(kept_out)} lines kept out of training, and "
+              f"{lines - len(kept_out) - len(sentences)} more that repeat one of their sentences")
     rank, world = distributed.init()
     if args.micro_batch and world > 1:  # each process would all-reduce once per part, and their parts differ in number
         raise UsageError("--micro-batch is not written for TSDAE under torchrun yet; more processes make each "
@@ -148,12 +152,14 @@ def pair_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argpar
 
 def held_out_signals(kept_out: list[str], objective: tsdae.TSDAELoss, args: argparse.Namespace,
                      device: torch.device) -> train.HeldOut | None:
-    """--heldout N: the kept-out lines, damaged once, in fixed batches, and the objective as the main process
-    computes it by itself (it alone evaluates)."""
+    """--heldout N: the kept-out lines, damaged once (as epoch 0 damages them, also with --noise-once: two runs that
+    differ in how training is damaged score the same damaged lines), in fixed batches, and the objective as the
+    main process computes it by itself (it alone evaluates)."""
     if not kept_out:
         return None
     encoder = objective.encoder
-    pairs = denoising_pairs(kept_out, encoder, args)
+    pairs = tsdae.DenoisingDataset(kept_out, encoder.tokenizer, encoder.max_length, noise=args.noise,
+                                   ratio=args.noise_ratio, seed=args.seed)
     batches = data.fixed_batches(pairs, collate=tsdae.collate_pairs, pad_id=encoder.bert.cfg.pad_token_id,
                                  batch_size=args.batch_size, device=device)
     return train.HeldOut(distributed.this_process_only(objective), batches, kept_out)

@@ -29,7 +29,7 @@ from lib import card
 from lib import weights
 from lib import distributed
 from lib.weights import ModelLoadError
-from lib.errors import UsageError
+from lib.errors import CorpusError, UsageError
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -56,7 +56,9 @@ def add_run_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, out:
     """Flags for how a training run goes, on a parser or argument group."""
     p.add_argument("--out", default=out, help="run folder: model/ (the trained encoder), checkpoint/ (to resume), "
                                               "log.jsonl (every step)")
-    p.add_argument("--resume", action="store_true", help="continue the run in OUT from its checkpoint")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in OUT from its checkpoint, with the same flags; --steps may grow. A "
+                        "finished run trains nothing")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in OUT")
     p.add_argument("--seed", type=int, default=0, help="seed of the batch order, the noise or views, and dropout")
     p.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...")
@@ -94,13 +96,20 @@ def model_card(method: str, parser: argparse.ArgumentParser, args: argparse.Name
                sentences: Sequence[str], pooling: str, lr: float, corpus: str | None = None) -> Callable:
     """The model card of a run's saved models, as a function of where the run stands (steps, best dev score)."""
     base = args.model or weights.default_model_path()
-    fixed = dict(method=method, base_model=str(base), pooling=pooling, corpus=str(corpus or args.corpus), batch_size=args.batch_size, lr=lr, command=command_line(argv),
+    fixed = dict(method=method, base_model=str(base), pooling=pooling, corpus=str(corpus or args.corpus),
+                 batch_size=args.batch_size, lr=lr, command=command_line(argv),
                  non_default_settings=non_default_settings(parser, args),
                  dev_metric=args.eval_task if evaluates(args) else None)
-    # read through at the first save, not before the first step: a corpus of 10M lines takes about 20 s
-    fingerprint = functools.cache(lambda: dict(zip(("corpus_lines", "corpus_sha256"), card.corpus_fingerprint(sentences)),
-                                                license=card.base_license(weights.resolve_model(base))))
-    return lambda state: card.ModelCard(**fixed, **fingerprint(), steps=state.step, dev_score=state.best)
+
+    @functools.cache
+    def read_at_the_first_save() -> dict:  # not before the first step: a corpus of 10M lines takes about 20 s
+        try:
+            lines, sha256 = card.corpus_fingerprint(sentences)
+        except CorpusError:  # the file changed under the run (which stops): the card gives no fingerprint
+            lines = sha256 = None
+        return dict(corpus_lines=lines, corpus_sha256=sha256, license=card.base_license(weights.resolve_model(base)))
+
+    return lambda state: card.ModelCard(**fixed, **read_at_the_first_save(), steps=state.step, dev_score=state.best)
 
 
 def non_default_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, object]:
@@ -174,6 +183,10 @@ RUN_FILES = ("model", "checkpoint", "best", "stage1", "decoder", "log.jsonl")  #
 def check_out_folder(out: Path, resume: bool, overwrite: bool) -> None:
     """A new run never silently replaces an old one: OUT must be free, or --resume / --overwrite given.
     --overwrite removes the old run's files; --resume needs a checkpoint to continue from."""
+    if resume:  # a write killed between its two renames: its folder back in place (weights.recover)
+        for folder in (out, out / "stage1"):
+            for name in ("checkpoint", "model", "best", "decoder"):
+                weights.recover(folder / name)
     old = [name for name in RUN_FILES if (out / name).exists()]
     if resume:
         if not (out / "checkpoint").exists() and not (out / "stage1" / "checkpoint").exists():

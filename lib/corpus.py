@@ -146,12 +146,19 @@ class Corpus(Sequence[str]):
         return Corpus(self.path, self.starts[indices], self.ends[indices], self.errors, self.stamp)
 
     def file(self) -> BinaryIO:
-        """The file, opened by this process at its first read. A process forked from this one (a DataLoader
-        worker) opens its own: sharing one open file, the two would move each other's read position."""
+        """The file, opened by this process at its first read, and checked at every read: a file whose size or
+        modification time is not the scanned one's (edited, or replaced by another) has other lines where the
+        offsets point. A process forked from this one (a DataLoader worker) opens its own: sharing one open file,
+        the two would move each other's read position."""
         if self._file is None or self._opened_by != os.getpid():
             self._file, self._opened_by = open(self.path, "rb"), os.getpid()
-            if file_stamp(self._file) != self.stamp:
-                raise CorpusError(f"corpus {self.path} changed after it was read; start the run again")
+        try:
+            status = os.stat(self.path)
+        except OSError:
+            status = None
+        if status is None or (status.st_size, status.st_mtime_ns) != self.stamp:
+            raise CorpusError(f"corpus {self.path} changed after it was read; start the run again on the file as it "
+                              "is now")
         return self._file
 
     def __getstate__(self) -> dict:
@@ -273,8 +280,10 @@ def is_utf8(raw: bytes) -> bool:
 def hold_out(items: Sequence, n: int, seed: int = 0) -> tuple[Sequence, list]:
     """(the items to train on, the n items kept out of training), both in their original order. The n are a random
     sample drawn from their own generator (seeded by `seed`, not by the run's --seed), so every run on a corpus
-    keeps the same lines out and their held-out scores compare. The n come as a list; the items to train on as a
-    list too, but from a Corpus as a Corpus (a subset: their text stays on disk)."""
+    keeps the same lines out and their held-out scores compare. Held out means unseen: an item to train on that
+    holds a sentence of the n (the same text once whitespace is normalised, as the corpus reader does; for NLI pairs
+    its premise or hypothesis) is dropped from training too. The n come as a list; the items to train on as a list
+    too, but from a Corpus as a Corpus (a subset: their text stays on disk)."""
     if n <= 0:
         return items, []
     if n >= len(items):
@@ -282,6 +291,18 @@ def hold_out(items: Sequence, n: int, seed: int = 0) -> tuple[Sequence, list]:
     is_out = np.zeros(len(items), dtype=bool)
     is_out[np.random.default_rng(seed).choice(len(items), size=n, replace=False)] = True
     kept_out = [items[i] for i in np.flatnonzero(is_out).tolist()]
+    unseen = {text for item in kept_out for text in sentences_of(item)}
+    trains = ~is_out  # every other item, unless it repeats a held-out sentence
+    for i, item in enumerate(items):  # a Corpus reads its file in order, 10,000 lines at a time
+        if trains[i] and not unseen.isdisjoint(sentences_of(item)):
+            trains[i] = False
+    if not trains.any():
+        raise UsageError(f"--heldout {n}: every other line repeats a held-out sentence; keep fewer out")
     if isinstance(items, Corpus):
-        return items.subset(np.flatnonzero(~is_out)), kept_out
-    return [x for x, out in zip(items, is_out.tolist()) if not out], kept_out
+        return items.subset(np.flatnonzero(trains)), kept_out
+    return [x for x, train in zip(items, trains.tolist()) if train], kept_out
+
+
+def sentences_of(item: str | tuple) -> list[str]:
+    """The sentences of a corpus line, or of an NLI pair (premise, hypothesis, label), whitespace-normalised."""
+    return [normalise_whitespace(item)] if isinstance(item, str) else [normalise_whitespace(s) for s in item[:2]]

@@ -9,7 +9,7 @@ resumable state, OUT/checkpoint/, is train.py's.)
   load_tokenizer, save_tokenizer         tokenizer.json (or an old folder's vocab.txt)
   read_pooling, write_sentence_transformers   the sentence-transformers files (1_Pooling/, modules.json, ...)
   resolve_model, default_model_path      a folder, a Hub id, or the shipped all-MiniLM-L6-v2
-  atomic_dir                             write a folder completely or not at all
+  atomic_dir, recover, write_atomically  write a folder (a file) completely or not at all; put back a killed write
 
 The model card (README.md of a trained folder) is card.py's: it reads a folder through this file.
 
@@ -380,8 +380,43 @@ def default_model_path() -> str:
 # Files
 
 
+def fsync(path: Path) -> None:
+    """Flush a file, or a folder's entries, to the disk: a rename that follows cannot outrun the bytes."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """The file whole, or as it was: written beside it, flushed, then renamed over it."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        fsync(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync(path.parent)
+
+
+def recover(final: Path) -> None:
+    """A folder that atomic_dir was replacing when the process was killed between its two renames is put back as
+    `final`: the old folder, which was whole (the new one may be too, but the old one is what the rest of the run
+    folder, log.jsonl say, agrees with). Other leftovers of a killed write are removed."""
+    final = Path(final)
+    olds = sorted(final.parent.glob(f".{final.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if olds and not final.exists():
+        os.replace(olds.pop(), final)
+    for leftover in [*olds, *final.parent.glob(f".{final.name}.tmp-*")]:
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
 class atomic_dir:
-    """`with atomic_dir(final) as tmp:` write into tmp; on success tmp replaces final, on error final is untouched."""
+    """`with atomic_dir(final) as tmp:` write into tmp; on success tmp replaces final, on error final is untouched.
+    Every file is flushed to the disk before the renames; a kill between the two renames leaves the old folder
+    as .NAME.old-PID, which recover() puts back."""
 
     def __init__(self, final: Path):
         self.final = Path(final)
@@ -395,6 +430,8 @@ class atomic_dir:
         if exc_type is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return
+        for path in [*self.tmp.rglob("*"), self.tmp]:
+            fsync(path)
         old = self.final.with_name(f".{self.final.name}.old-{os.getpid()}")
         if self.final.exists():
             os.replace(self.final, old)  # two renames: a directory cannot replace a non-empty one in one step
@@ -405,6 +442,7 @@ class atomic_dir:
                 os.replace(old, self.final)
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
+        fsync(self.final.parent)
         shutil.rmtree(old, ignore_errors=True)
 
 

@@ -41,10 +41,13 @@ def nli_batch(encoder: SentenceEncoder, sentences: list[str]) -> dict[str, torch
     return consert.collate_nli([dataset[(0, i)] for i in range(len(pairs))])
 
 
-def loss_and_gradients(objective: torch.nn.Module, batch: dict, seed: int = 1) -> tuple[float, dict]:
+def loss_and_gradients(objective: torch.nn.Module, batch: dict, seed: int = 1, bf16: bool = False) -> tuple[float, dict]:
+    """The loss and every gradient, as train.py makes them: the forward (under bf16 autocast if asked), then the
+    backward outside autocast."""
     objective.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
-    loss = objective(batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = objective(batch)
     loss.backward()
     return loss.item(), {name: p.grad.clone() for name, p in objective.named_parameters() if p.grad is not None}
 
@@ -108,12 +111,25 @@ def test_the_random_state_goes_on_as_without_chunks(encoder, sentences):
     assert torch.equal(torch.get_rng_state(), after_forward)
 
 
-def test_under_bf16_autocast_the_replay_runs_in_bf16_too(encoder, sentences):
+def test_under_bf16_autocast_the_replay_runs_in_bf16_too(encoder, sentences, monkeypatch):
+    """As train.py runs it: the forward under autocast, the backward outside it, so the replay must enter autocast
+    itself: every chunk's vectors replayed in the backward are the forward's to the last bit. (Replayed in float32
+    they differ by bf16's rounding, and the gradients by about 0.02 of their largest entry, which the bf16 noise
+    between one graph and the chunks, about 0.013, would hide.)"""
     objective = consert.ConSERTLoss(encoder, (consert.View("feature_cutoff", 0.2), consert.View("shuffle"))).train()
     batch = sentence_batch(encoder, sentences)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        whole = loss_and_gradients(gradcache.ChunkedConSERTLoss.of(objective, CHUNK, cache=False), batch)
-        cached = loss_and_gradients(gradcache.ChunkedConSERTLoss.of(objective, CHUNK), batch)
+    whole = loss_and_gradients(gradcache.ChunkedConSERTLoss.of(objective, CHUNK, cache=False), batch, bf16=True)
+    encoded, real_encode = [], consert.ConSERTLoss.encode
+
+    def recording(self, *args):
+        z = real_encode(self, *args)
+        encoded.append(z.detach().clone())
+        return z
+
+    monkeypatch.setattr(consert.ConSERTLoss, "encode", recording)
+    cached = loss_and_gradients(gradcache.ChunkedConSERTLoss.of(objective, CHUNK), batch, bf16=True)
+    forward, replayed = encoded[: len(encoded) // 2], encoded[len(encoded) // 2 :]  # 2 views x 3 chunks each
+    assert len(replayed) == 6 and all(any(torch.equal(z, f) for f in forward) for z in replayed)
     # One graph sums the chunks' gradients of a bf16 weight copy in bf16 (autocast casts each weight once per
     # region); the cached step adds each chunk's in float32. So: equal within a few bf16 steps (2^-8 each) of the
     # largest entry, not to the digit.
