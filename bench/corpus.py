@@ -44,7 +44,7 @@ def write_corpus(path: Path, lines: int, seed: int = 0) -> None:
 
 
 def measure(corpus: Path, out: Path, tsdae_args: list[str]) -> tuple[float, float, float]:
-    """(seconds to the first step, seconds in all, peak RSS in MB) of `python tsdae.py --steps 1` on `corpus`."""
+    """(seconds to the first step, seconds in all, peak RSS in MiB) of `python tsdae.py --steps 1` on `corpus`."""
     command = [sys.executable, str(ROOT / "tsdae.py"), "--corpus", str(corpus), "--steps", "1", "--out", str(out),
                *tsdae_args]
     log, first_step = out / "log.jsonl", None
@@ -65,7 +65,7 @@ def measure(corpus: Path, out: Path, tsdae_args: list[str]) -> tuple[float, floa
         sys.exit(f"{' '.join(command)} failed:\n{out.with_name(out.name + '.output.txt').read_text()[-3000:]}")
     if first_step is None:  # it ended between two looks at its log: at most this
         first_step = total
-    return first_step, total, usage.ru_maxrss / 1024  # Linux: ru_maxrss in KB
+    return first_step, total, usage.ru_maxrss / 1024  # Linux: ru_maxrss in KiB
 
 
 def main() -> int:
@@ -84,7 +84,7 @@ def main() -> int:
         with open(corpus, "rb") as big, open(small, "wb") as f:
             f.writelines(itertools.islice(big, SMALL_LINES))
         print(" ".join(["python tsdae.py --steps 1", *tsdae_args]))
-        print(f"{'corpus':<28} {'MB':>8} {'first step s':>13} {'in all s':>9} {'peak RSS MB':>12}")
+        print(f"{'corpus':<28} {'MB':>8} {'first step s':>13} {'in all s':>9} {'peak RSS MiB':>12}")
         rows = {}
         for name, path in [(f"its first {SMALL_LINES:,} lines", small), (corpus.name, corpus)]:
             rows[name] = measure(path, tmp / f"run-{len(rows)}", tsdae_args)

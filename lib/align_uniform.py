@@ -37,7 +37,8 @@ def alignment(x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def uniformity(emb: torch.Tensor, chunk: int = UNIFORMITY_CHUNK) -> float:
-    """log E_{i != j} exp(-2 ||f(e_i) - f(e_j)||^2) over the N rows of emb (N, d), each a different sentence.
+    """log E_{i != j} exp(-2 ||f(e_i) - f(e_j)||^2) over the N rows of emb (N, d): every pair of rows i != j, also
+    two rows of one sentence that the data hold twice (SimCSE's count: a sentence in several pairs counts each time).
     The mean over the N (N - 1) ordered pairs i != j equals the mean over the unordered ones (torch.pdist's,
     Wang & Isola's code): the distance is symmetric. log-mean-exp is computed as a logsumexp (stable for any
     exponent), `chunk` rows at a time, so no block is larger than (chunk, N)."""

@@ -289,6 +289,16 @@ def test_roberta_token_shuffle_counts_positions_from_the_offset(checkpoints):
     torch.testing.assert_close(ours, pool(theirs, mask, "mean"), atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["roberta", "xlm-roberta"])
+def test_max_length_stays_inside_the_position_table_once_the_offset_is_counted(kind, checkpoints):
+    """66 position rows, of which positions start at pad_token_id + 1 = 2: a sentence may hold 64 tokens. A longer
+    --max-length is cut to 64, and a long sentence encodes without reading past the table."""
+    encoder = SentenceEncoder.from_pretrained(checkpoints[kind], max_length=512)
+    assert encoder.max_length == 64
+    vectors = encoder.encode([" ".join(SENTENCES * 4)])  # far more than 64 tokens
+    assert vectors.shape == (1, 32) and torch.isfinite(vectors).all()
+
+
 def test_an_unsupported_type_names_the_supported_ones(checkpoints, tmp_path):
     folder = tmp_path / "albert"
     folder.mkdir()

@@ -74,3 +74,26 @@ def test_consert_fast_equals_plain_on_cuda(minilm_path, sts_sentences):
     assert abs(losses[0] - losses[1]) <= 1e-4 * losses[0]
     g_plain, g_fast = gradients(plain), gradients(quick)
     assert max((g_fast[n] - g).norm() / (g.norm() + 1e-12) for n, g in g_plain.items()) < 1e-2
+
+
+def test_the_cached_gradient_on_cuda_with_dropout_on(minilm_path, sts_sentences):
+    """The cached gradient replays each chunk from the random state it started from: on CUDA that is the CUDA
+    generator's (dropout and the views draw from it there; sentence-transformers' cached losses missed it, their PR
+    #3862). With dropout on, the chunks' loss and gradients equal one graph's over the whole batch."""
+    from speedups import gradcache
+
+    encoder = SentenceEncoder.from_pretrained(minilm_path, pooling="mean", max_length=67).to(CUDA).train()
+    objective = consert.ConSERTLoss(encoder, (consert.View("simcse"), consert.View("feature_cutoff", 0.2)))
+    ids = data.tokenize(encoder.tokenizer, sts_sentences[:24], 67)
+    batch = data.to_device(consert.collate_sentences(ids), CUDA)
+    results = []
+    for cache in (False, True):
+        chunked = gradcache.ChunkedConSERTLoss.of(objective, 8, cache=cache)
+        chunked.zero_grad(set_to_none=True)
+        torch.manual_seed(5)  # seeds the CUDA generator too
+        loss = chunked(batch)
+        loss.backward()
+        results.append((loss.item(), gradients(chunked)))
+    (whole, g_whole), (cached, g_cached) = results
+    assert abs(whole - cached) <= 1e-5 * abs(whole)
+    assert max((g_cached[n] - g).norm() / (g.norm() + 1e-12) for n, g in g_whole.items()) < 1e-3
