@@ -49,7 +49,7 @@ lab1() {  # token cutoff: cut tokens attended to as zero vectors (official) or m
     arm lab1_cutoff consert.py $CONSERT --view1 none --view2 token_cutoff --rate2 0.2
     arm lab1_cutoff_masked consert.py $CONSERT --view1 none --view2 token_cutoff_masked --rate2 0.2
 }
-lab2() {  # TSDAE noise drawn every epoch (default) or once: 8 epochs over 400 sentences, 200 held out
+lab2() {  # TSDAE noise drawn every epoch (default) or once: 8 epochs over the 398 sentences not held out (200)
     arm lab2_fresh tsdae.py --corpus runs/sts_600.txt --heldout 200 --steps 400 --lr 1e-4
     arm lab2_once tsdae.py --corpus runs/sts_600.txt --heldout 200 --steps 400 --lr 1e-4 --noise-once
 }
