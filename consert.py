@@ -225,8 +225,8 @@ class ConSERTLoss(nn.Module):
     cl_weight: the official code multiplies the contrastive loss by cl_rate = 0.15 in every setting, also
     when it is the only loss; with AdamW a constant factor then matters only through gradient clipping.
     gather(x): the rows of x (this batch's vectors, keys, logits) that the losses compare: x itself (own_rows).
-    Under torchrun the experiment gives lib.distributed.gather_with_local_grad: every process's rows, so the
-    negatives are the whole batch's and N processes compute the loss of the whole batch.
+    Under torchrun the experiment gives lib/distributed.py's gather: every process's rows, so the negatives are
+    the whole batch's and N processes compute the loss of the whole batch.
     """
 
     view_names = VIEW_NAMES  # the views this objective knows how to make (encode)
