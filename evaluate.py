@@ -7,10 +7,14 @@ Ranking (TSDAE's table, the USEB protocol): AskUbuntu MAP (plus P@1, P@5, MRR)
 after re-ranking 20 BM25 candidates by cosine; TwitterPara average precision.
 USEB itself (TSDAE's tab. 2, the `useb` package's scores to the digit): useb-askubuntu,
 useb-cqadupstack, useb-twitterpara, useb-scidocs on USEB's own data-eval, `--split test|valid`.
-Also a generic re-ranking file format so you can score your own data.
+Your own data: rerank:PATH (a re-ranking jsonl: MAP); sts:PATH, pairs of sentences with a score (Spearman, as
+sentence-transformers' EmbeddingSimilarityEvaluator computes its spearman_cosine); pairs:PATH, pairs with a 0/1
+label (average precision, as its BinaryClassificationEvaluator computes cosine_ap). sts: and pairs: read TSV, CSV
+or JSONL files whose columns are named sentence1, sentence2 and score or label (lib/datafiles.py: read_rows).
 
     python evaluate.py --tasks all --json scores.json      # default model: all-MiniLM-L6-v2
     python evaluate.py --model out/tsdae --tasks stsb,sickr
+    python evaluate.py --model out/tsdae --tasks sts:my_test.tsv,pairs:my_duplicates.csv
     python evaluate.py --model out/tsdae --tasks useb --split valid   # USEB's dev data
 
 From Python (e.g. between training steps), any object with
@@ -35,12 +39,13 @@ from typing import Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.stats import spearmanr
+from scipy.stats import pearsonr, spearmanr
 
 from lib import cli, useb
 from lib.align_uniform import POSITIVE_SCORE, alignment_uniformity_of
 from lib.datafiles import (STS_SUBSETS, load_askubuntu_queries, load_askubuntu_titles, load_pit2015, load_rerank_jsonl,
-                           load_sick, load_stsb, load_sts_year, load_twitter_url, want)
+                           load_sick, load_stsb, load_sts_year, load_twitter_url, read_binary_pairs, read_scored_pairs,
+                           want)
 from lib.errors import CorpusError, DataFormatError, DataMissingError
 from lib.weights import default_model_path
 from model import SentenceEncoder
@@ -246,6 +251,84 @@ def task_rerank(path: Path):
     return run
 
 
+# --- Your own labelled pairs: sts:PATH and pairs:PATH, scored as sentence-transformers' evaluators score them --------
+# Their files' formats and readers: lib/datafiles.py (read_rows).
+
+OWN_FILE_TASKS = ("rerank", "sts", "pairs")  # the tasks on a file of your own: rerank:PATH, sts:PATH, pairs:PATH
+
+
+def own_file(task: str) -> Path | None:
+    """The file a task on your own data names (rerank:PATH, sts:PATH, pairs:PATH), or None for any other task."""
+    kind, colon, path = task.partition(":")
+    return Path(path) if colon and kind in OWN_FILE_TASKS else None
+
+
+def load_sts_file(path: Path) -> list[tuple[str, str, float]]:
+    """The (sentence1, sentence2, score) pairs of sts:PATH, with at least two different scores (else no rank
+    correlation is defined). A bad file: a one-line CorpusError."""
+    pairs = read_scored_pairs(path)
+    if len({score for _, _, score in pairs}) < 2:
+        raise CorpusError(f"{path}: every pair has the score {pairs[0][2]:g}; a rank correlation needs at least "
+                          "two different scores")
+    return pairs
+
+
+def load_pairs_file(path: Path) -> list[tuple[str, str, int]]:
+    """The (sentence1, sentence2, 0/1 label) pairs of pairs:PATH, with both labels present (with no positive the
+    average precision is undefined; with no negative it is 100 whatever the model). A bad file: a one-line
+    CorpusError."""
+    pairs = read_binary_pairs(path)
+    positives = sum(label for _, _, label in pairs)
+    if positives in (0, len(pairs)):
+        raise CorpusError(f"{path}: every pair has the label {pairs[0][2]}; average precision needs pairs labelled "
+                          "1 and pairs labelled 0")
+    return pairs
+
+
+def check_own_file(task: str) -> None:
+    """Read the file of sts:PATH or pairs:PATH once, so that a malformed one stops in one line before a model is
+    loaded (python evaluate.py; the training scripts' --eval-task check). Any other task: nothing to do."""
+    if task.startswith("sts:"):
+        load_sts_file(own_file(task))
+    elif task.startswith("pairs:"):
+        load_pairs_file(own_file(task))
+
+
+def sts_file_scores(encoder, pairs: Sequence[tuple[str, str, float]], batch_size: int = 64,
+                    show_progress: bool = False) -> dict[str, float]:
+    """Spearman and Pearson x 100 between the cosine of the two sentences' vectors and the gold score, the
+    spearman_cosine and pearson_cosine of sentence-transformers' EmbeddingSimilarityEvaluator (scipy's spearmanr
+    and pearsonr of the scores and the cosines), and the number of pairs."""
+    cosines = pair_cosines(encoder, pairs, batch_size, show_progress)
+    gold = [score for _, _, score in pairs]
+    pearson = 100 * float(pearsonr(gold, cosines)[0])
+    return {"spearman": spearman100(gold, cosines), "pearson": pearson, "pairs": len(pairs)}
+
+
+def binary_pair_scores(encoder, pairs: Sequence[tuple[str, str, int]], batch_size: int = 64,
+                       show_progress: bool = False) -> dict[str, float]:
+    """Average precision x 100 of the cosine for the 0/1 labels, the cosine_ap of sentence-transformers'
+    BinaryClassificationEvaluator (scikit-learn's average_precision_score, which average_precision equals), and
+    the numbers of pairs and of positives. No threshold is chosen: AP scores the ranking of the pairs by cosine."""
+    cosines = pair_cosines(encoder, pairs, batch_size, show_progress)
+    labels = [label for _, _, label in pairs]
+    return {"ap": 100 * average_precision(labels, cosines), "pairs": len(pairs), "positives": sum(labels)}
+
+
+def task_sts_file(path: Path):
+    def run(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
+        details = sts_file_scores(encoder, load_sts_file(path), batch_size, show_progress)
+        return details["spearman"], details
+    return run
+
+
+def task_pairs_file(path: Path):
+    def run(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
+        details = binary_pair_scores(encoder, load_pairs_file(path), batch_size, show_progress)
+        return details["ap"], details
+    return run
+
+
 # ---------------------------------------------------------------------------
 # USEB, the TSDAE paper's benchmark (arXiv:2104.06979 §4, tab. 2), scored as the `useb` package scores it
 # ---------------------------------------------------------------------------
@@ -435,9 +518,17 @@ USEB_TASKS = ["useb-askubuntu", "useb-cqadupstack", "useb-twitterpara", "useb-sc
 def missing_file(task: str, data_dir: Path) -> str | None:
     """A one-line message naming the first file `task` (or the group useb) needs that is absent, or None if all
     are there."""
+    path = own_file(task)
+    if path is not None and path.is_file():
+        return None
     if task.startswith("rerank:"):
-        path = Path(task.removeprefix("rerank:"))
-        return None if path.is_file() else f"missing re-ranking file {path} (your own jsonl, see evaluate.py)"
+        return f"missing re-ranking file {path} (your own jsonl, see evaluate.py)"
+    if task.startswith("sts:"):
+        return (f"missing file {path} (sts:PATH: your own scored pairs, TSV, CSV or JSONL with the columns sentence1, "
+                "sentence2, score)")
+    if task.startswith("pairs:"):
+        return (f"missing file {path} (pairs:PATH: your own 0/1 pairs, TSV, CSV or JSONL with the columns sentence1, "
+                "sentence2, label)")
     for rel in (rel for name in (USEB_TASKS if task == "useb" else [task]) for rel in TASK_FILES[name]):
         if not (data_dir / rel).is_file():
             sets = " --sets useb" if rel.startswith("useb/") else ""  # USEB is not among the default sets
@@ -454,9 +545,23 @@ def parse_tasks(tasks: str | Sequence[str]) -> list[str]:
     """'stsb,sickr' or ['stsb', 'sickr'] -> list of names; raises ValueError on an unknown one."""
     names = [t.strip() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
     for name in names:
-        if name not in ("all", "useb") and name not in TASKS and not name.startswith("rerank:"):
-            raise ValueError(f"unknown task {name!r}; choose from all, useb, {', '.join(TASKS)}, rerank:PATH")
+        if name not in ("all", "useb") and name not in TASKS and own_file(name) is None:
+            raise ValueError(f"unknown task {name!r}; choose from all, useb, {', '.join(TASKS)}, rerank:PATH, "
+                             "sts:PATH, pairs:PATH")
+        if own_file(name) is not None and not name.partition(":")[2]:
+            raise ValueError(f"task {name!r} names no file: write {name}PATH")
     return names
+
+
+def task_function(task: str):
+    """The function that runs `task`: TASKS' own, or one made for the file of rerank:PATH, sts:PATH or pairs:PATH."""
+    if task.startswith("rerank:"):
+        return task_rerank(own_file(task))
+    if task.startswith("sts:"):
+        return task_sts_file(own_file(task))
+    if task.startswith("pairs:"):
+        return task_pairs_file(own_file(task))
+    return TASKS[task]
 
 
 def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = None, batch_size: int = 64,
@@ -485,7 +590,7 @@ def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = 
     for task in names:
         if show_progress:
             print(f"[evaluate] {task}", file=sys.stderr, flush=True)
-        run = task_rerank(Path(task.removeprefix("rerank:"))) if task.startswith("rerank:") else TASKS[task]
+        run = task_function(task)
         options = {"split": split} if task in USEB_TASKS else {}
         result[task], details[task] = run(encoder, data_dir, batch_size, show_progress, **options)
     if all(task in result for task in AVG7_TASKS):
@@ -525,12 +630,17 @@ def make_parser() -> argparse.ArgumentParser:
                                             "ranking tasks.", formatter_class=cli.HelpFormatter)
     parser.add_argument("--model", help="model folder or Hub id (default: the shipped all-MiniLM-L6-v2)")
     parser.add_argument("--tasks", default="all",
-                        help=f"comma-separated: all, useb, {', '.join(TASKS)}, rerank:PATH. all: every task "
+                        help=f"comma-separated: all, useb, {', '.join(TASKS)}, rerank:PATH, sts:PATH, pairs:PATH. "
+                             "all: every task "
                              "whose data is present except the useb ones; useb: useb-askubuntu, useb-cqadupstack, "
                              "useb-twitterpara, useb-scidocs and their mean useb-avg, scored as the useb package "
                              "does on its data-eval (an hour or more on a CPU). askubuntu and twitterpara are the "
                              "same metrics as useb-askubuntu and useb-twitterpara on the separately fetched "
-                             "releases, not rounded (askubuntu: test, with dev in details)")
+                             "releases, not rounded (askubuntu: test, with dev in details). Your own files: "
+                             "rerank:PATH, a re-ranking jsonl (MAP); sts:PATH, pairs with a score (Spearman of the "
+                             "cosine, as sentence-transformers' EmbeddingSimilarityEvaluator); pairs:PATH, pairs with "
+                             "a 0/1 label (average precision of the cosine, as its BinaryClassificationEvaluator); "
+                             "TSV, CSV or JSONL with the columns sentence1, sentence2, score or label")
     parser.add_argument("--split", default="test", choices=useb.USEB_SPLITS,
                         help="the split the useb tasks score: test, or valid (USEB's dev data, for model selection; "
                              "TwitterPara has none and scores test, as USEB does). The other tasks ignore it")
@@ -579,6 +689,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = [p for p in (missing_file(t, data_dir) for t in tasks if t != "all") if p]
     if problems:  # fail before the model is loaded
         raise DataMissingError(problems[0])
+    for task in tasks:
+        check_own_file(task)  # a malformed file of yours: one line (CorpusError), before the model is loaded
     device = cli.device(args.device)  # cli.UsageError: a device this machine does not have
     model_dir = args.model or default_model_path()
     encoder = SentenceEncoder.from_pretrained(model_dir, pooling=args.pooling).to(device)  # or ModelLoadError

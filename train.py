@@ -223,16 +223,18 @@ def epochs(loader: torch.utils.data.DataLoader, state: RunState) -> Iterator[tup
 # Evaluation during training: which dev score (--eval-task), when, and what it keeps
 
 def dev_score(encoder, task: str, data_dir: str | Path | None = None, batch_size: int = 64) -> float:
-    """The training scripts' model-selection score (--eval-task, one of DEV_TASKS or rerank:PATH): `task` on its dev
-    data (stsb-dev; USEB's valid split; your own rerank:PATH)."""
+    """The training scripts' model-selection score (--eval-task, one of DEV_TASKS or a file of your own): `task` on
+    its dev data (stsb-dev; USEB's valid split; your own rerank:PATH, sts:PATH or pairs:PATH, which ignore the
+    split)."""
     check_dev_task(task, None)
     return evaluate.evaluate(encoder, [task], data_dir, batch_size, split="valid")[task]
 
 
 # The tasks model selection may read (--eval-task): each has dev data of its own, and whether a higher score is
 # better. Any other task would select on its test data (stsb, sickr, sts12-16, askubuntu, align-uniform: no dev
-# split here; USEB's TwitterPara: its "valid" split is its test set). rerank:PATH is the user's own file, taken
-# as dev data, higher (MAP) better. The held-out signals need no data folder: lines of the corpus (--heldout N).
+# split here; USEB's TwitterPara: its "valid" split is its test set). rerank:PATH, sts:PATH and pairs:PATH are the
+# user's own files (evaluate.py), taken as dev data, higher (MAP, Spearman, AP) better. The held-out signals need no
+# data folder: lines of the corpus (--heldout N).
 DEV_TASKS = {"stsb-dev": "higher", "useb-askubuntu": "higher", "useb-cqadupstack": "higher", "useb-scidocs": "higher",
              "heldout-loss": "lower", "heldout-uniformity": "lower"}
 
@@ -241,27 +243,37 @@ HELDOUT_TASKS = ("heldout-loss", "heldout-uniformity")
 
 
 def higher_is_better(task: str) -> bool:
-    """The direction of a dev task's score (DEV_TASKS; rerank:PATH: higher)."""
+    """The direction of a dev task's score (DEV_TASKS; rerank:PATH, sts:PATH, pairs:PATH: higher)."""
     return DEV_TASKS.get(task, "higher") == "higher"
 
 
 def check_dev_task(task: str | None, data_dir: str | Path | None) -> None:
     """The training scripts' check of --eval-task before anything is loaded: a one-line UsageError when `task` has
-    no dev data (DEV_TASKS, rerank:PATH), or, with data_dir, when its dev files are not there. None: no task."""
+    no dev data (DEV_TASKS, or a file of yours: rerank:PATH, sts:PATH, pairs:PATH), or, with data_dir (the run will
+    evaluate) or a file of yours, when its dev files are not there, or when the file of sts:PATH or pairs:PATH is malformed (it is read
+    once here, so it fails now rather than at the first evaluation). None: no task."""
     if task is None or task in HELDOUT_TASKS:
         return
-    if task not in DEV_TASKS and not task.startswith("rerank:"):
+    if task not in DEV_TASKS and evaluate.own_file(task) is None:
         why = ("USEB has no dev split for TwitterPara: its valid split is its test set" if task == "useb-twitterpara"
                else "USEB's average includes TwitterPara, whose valid split is its test set" if task == "useb"
                else "it has no dev data here, so selection would read its test data" if task in evaluate.TASKS or task == "all"
                else f"unknown task {task!r}")
-        raise UsageError(f"--eval-task {task}: {why}; choose one with dev data: {', '.join(DEV_TASKS)} or rerank:PATH")
-    if data_dir is None:
+        raise UsageError(f"--eval-task {task}: {why}; choose one with dev data: {', '.join(DEV_TASKS)}, or a file of "
+                         "your own: rerank:PATH, sts:PATH, pairs:PATH")
+    if data_dir is None and evaluate.own_file(task) is None:  # nothing to check before the run evaluates
         return
-    names = evaluate.parse_tasks([task])
-    problem = next(filter(None, (evaluate.missing_file(t, Path(data_dir)) for t in names)), None)
+    try:
+        names = evaluate.parse_tasks([task])
+    except ValueError as err:  # sts: with no file named
+        raise UsageError(f"--eval-task {task}: {err}") from None
+    problem = next(filter(None, (evaluate.missing_file(t, Path(data_dir or ".")) for t in names)), None)
     if problem:
         raise UsageError(f"--eval-task {task}: {problem}")
+    try:
+        evaluate.check_own_file(task)
+    except CorpusError as err:
+        raise CorpusError(f"--eval-task {task}: {err}") from None
 
 
 
@@ -349,7 +361,7 @@ def training_evaluation(args: argparse.Namespace, heldout: HeldOut | None) -> tu
     signals = heldout.signals() if heldout else {}
     if args.eval_task in signals:
         eval_fn = signals.pop(args.eval_task)
-    elif args.eval_data and args.eval_task:
+    elif args.eval_task and (args.eval_data or evaluate.own_file(args.eval_task)):  # your own file needs no folder
         eval_fn = lambda encoder: dev_score(encoder, args.eval_task, args.eval_data)
     else:
         eval_fn = None

@@ -34,7 +34,10 @@ PAPERS = {
     "TSDAE": ("2104.06979", "TSDAE: Using Transformer-based Sequential Denoising Auto-Encoder for Unsupervised "
                             "Sentence Embedding Learning"),
     "ConSERT": ("2105.11741", "ConSERT: A Contrastive Framework for Self-Supervised Sentence Representation Transfer"),
+    "MLM": ("1810.04805", "BERT: Pre-training of Deep Bidirectional Transformers for Language Understanding"),
+    "fine-tuning": ("1908.10084", "Sentence-BERT: Sentence Embeddings using Siamese BERT-Networks"),
 }
+LABELLED = {"fine-tuning"}  # the methods that train on labels (the others: "trained without labels")
 CODE_LICENSE = "mit"  # the licence of the code that trained the model (LICENSE)
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")  # bert-base-uncased, org/name
 SHIPPED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the Hub id of what default_model_path() holds
@@ -44,7 +47,7 @@ SHIPPED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the Hub id of wha
 class ModelCard:
     """What README.md says about a trained model. The caller (cli.model_card) fills it from a run's arguments."""
 
-    method: str                  # "TSDAE" or "ConSERT" (another method needs paper_id and paper_title)
+    method: str                  # one of PAPERS (another method needs paper_id and paper_title)
     base_model: str              # --model as given: a Hub id or a folder
     pooling: str                 # cls, mean or max: the folder's 1_Pooling
     corpus: str                  # the training sentences: the file as given, or a description
@@ -220,7 +223,8 @@ def model_card_text(card: ModelCard, folder: Path | None = None) -> str:
         settings.append(("dev score", f"{card.dev_metric or 'dev score'}: {card.dev_score:.2f}"))
     size = f"one {dimension}-dimensional vector" if dimension else "one vector"
     parts = [front_matter(card), "", f"# {card.method} sentence encoder from {markdown_cell(card.base_model)}", "",
-             f"A sentence encoder trained without labels with **{card.method}** "
+             f"A sentence encoder trained {'on labelled pairs' if card.method in LABELLED else 'without labels'} "
+             f"with **{card.method}** "
              f"([arXiv:{paper_id}](https://arxiv.org/abs/{paper_id}), *{title}*), starting from "
              f"{markdown_cell(card.base_model)}. It maps a sentence to {size} ({card.pooling} pooling); compare "
              "two sentences by the cosine similarity of their vectors.", "",

@@ -77,7 +77,8 @@ def add_selection_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup
                                                      f"keep the best encoder in OUT/best ({what})")
     p.add_argument("--eval-task", default=None,
                    help="the dev score, a task with dev data of its own: stsb-dev; useb-askubuntu, useb-cqadupstack, "
-                        "useb-scidocs on USEB's valid split (the TSDAE paper's point, §4); rerank:PATH, your own file; "
+                        "useb-scidocs on USEB's valid split (the TSDAE paper's point, §4); your own dev file: rerank:PATH, "
+                        "sts:PATH (scored pairs), pairs:PATH (0/1 pairs), see evaluate.py; "
                         "heldout-loss, heldout-uniformity: no labels needed. Test-only tasks (stsb, sickr, "
                         "useb-twitterpara, ...) are refused (default: stsb-dev with --eval-data, else heldout-loss "
                         "with --heldout)")
@@ -162,8 +163,10 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace, positi
 
 
 def evaluates(args: argparse.Namespace) -> bool:
-    """Whether the run evaluates --eval-task during training: a held-out task, or any task with --eval-data."""
-    return bool(args.eval_task) and (bool(args.eval_data) or args.eval_task.startswith("heldout-"))
+    """Whether the run evaluates --eval-task during training: a held-out task, a file of your own (rerank:PATH,
+    sts:PATH, pairs:PATH), or any task with --eval-data."""
+    own_file = args.eval_task and args.eval_task.partition(":")[0] in ("rerank", "sts", "pairs")
+    return bool(args.eval_task) and (bool(args.eval_data) or args.eval_task.startswith("heldout-") or bool(own_file))
 
 
 def check_selection(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -282,7 +282,8 @@ def hold_out(items: Sequence, n: int, seed: int = 0) -> tuple[Sequence, list]:
     sample drawn from their own generator (seeded by `seed`, not by the run's --seed), so every run on a corpus
     keeps the same lines out and their held-out scores compare. Held out means unseen: an item to train on that
     holds a sentence of the n (the same text once whitespace is normalised, as the corpus reader does; for NLI pairs
-    its premise or hypothesis) is dropped from training too. The n come as a list; the items to train on as a list
+    its premise or hypothesis; for labelled rows, any of their sentences) is dropped from training too. The n
+    come as a list; the items to train on as a list
     too, but from a Corpus as a Corpus (a subset: their text stays on disk)."""
     if n <= 0:
         return items, []
@@ -304,5 +305,7 @@ def hold_out(items: Sequence, n: int, seed: int = 0) -> tuple[Sequence, list]:
 
 
 def sentences_of(item: str | tuple) -> list[str]:
-    """The sentences of a corpus line, or of an NLI pair (premise, hypothesis, label), whitespace-normalised."""
-    return [normalise_whitespace(item)] if isinstance(item, str) else [normalise_whitespace(s) for s in item[:2]]
+    """The sentences of a corpus line, or of a row (an NLI pair with its label; labelled pairs, triplets),
+    whitespace-normalised."""
+    return [normalise_whitespace(item)] if isinstance(item, str) else [normalise_whitespace(s) for s in item
+                                                                        if isinstance(s, str)]

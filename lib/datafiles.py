@@ -7,17 +7,26 @@
   load_json, want                                    JSON files, and their one-line format errors (lib/useb.py)
   read_nli, sts_corpus                               the ConSERT experiment's inputs: NLI pairs, the official
                                                      unsupervised set (STS12-16, STS-b and SICK sentences)
+Your own files (TSV, CSV or JSONL, the columns named as sentence-transformers' data sets name them):
+  read_rows                                          any of the three formats: the column names and the rows
+  read_scored_pairs, read_binary_pairs               pairs with a score (evaluate.py --tasks sts:PATH) or a 0/1
+                                                     label (pairs:PATH)
+  read_training_file                                 labelled training data: scored pairs, pairs or triplets
+  nli_triplets                                       read_nli's pairs as SimCSE's supervised (anchor, entailed,
+                                                     contradicted) triplets
 The layouts: the README's "Data" section and docs/evaluation.md.
 """
 from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
+import math
 from pathlib import Path
 from typing import Sequence
 
-from lib.corpus import read_corpus
+from lib.corpus import read_corpus, read_text_bytes
 from lib.errors import CorpusError, DataFormatError
 
 NLI_LABELS = {"contradiction": 0, "entailment": 1, "neutral": 2}  # the label ids of the official ConSERT code
@@ -259,3 +268,246 @@ def sts_corpus(data_dir: str | Path) -> list[str]:
     sentences += [s for path in stsb for s1, s2, _ in load_stsb(path) for s in (s1, s2)]
     sentences += [s for path in sick for s1, s2, _ in load_sick(path) for s in (s1, s2)]
     return [s.strip() for s in sentences if s.strip()]
+
+
+# ----------------------------------------------------------------------------
+# Your own files: labelled pairs and triplets in TSV, CSV or JSONL
+#
+# The column names are those of sentence-transformers' data sets: sentence1, sentence2 and score (or label) for
+# pairs; anchor, positive [, negative] for training pairs and triplets. Other columns are ignored.
+
+SENTENCE_COLUMNS = ("sentence1", "sentence2", "anchor", "positive", "negative")  # JSONL: must hold strings
+NUMBER_COLUMNS = ("score", "label")  # JSONL: must hold numbers (or numeric strings)
+
+
+def file_format(path: Path, first_line: str) -> str:
+    """The format of a file of yours, "tsv", "csv" or "jsonl": by the extension (.tsv and .txt; .csv; .jsonl and
+    .json), else by its first non-blank line: it starts with "{" -> JSONL, it holds a tab -> TSV, else CSV."""
+    suffix = path.suffix.lower()
+    if suffix in (".tsv", ".txt"):
+        return "tsv"
+    if suffix == ".csv":
+        return "csv"
+    if suffix in (".jsonl", ".json"):
+        return "jsonl"
+    if first_line.lstrip().startswith("{"):
+        return "jsonl"
+    return "tsv" if "\t" in first_line else "csv"
+
+
+def read_rows(path: str | Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """The column names and the rows, (line number, {column: value}), of a TSV, CSV or JSONL file (file_format).
+    TSV and CSV: a header line names the columns. JSONL: one JSON object a line; the first object's keys name the
+    columns and every line needs them. Blank lines are skipped, but count in the line numbers the errors name.
+
+      TSV    split at every tab; quotes are plain text (csv.QUOTE_NONE, as load_stsb reads the STS benchmark,
+             whose sentences hold unbalanced quotes). So a sentence cannot hold a tab.
+      CSV    standard quoting: a field in double quotes may hold commas, tabs and "" for a quote.
+      JSONL  the values of the sentence columns must be strings, those of score and label numbers (or numeric
+             strings); other keys may hold anything.
+
+    Values are returned as text (a JSON number as its JSON text); the pair readers below check them. A file that is
+    missing, binary, not UTF-8, empty or malformed raises a one-line CorpusError: "PATH line N: what is wrong"."""
+    path = Path(path)
+    text = _read_text(path)
+    if not text.strip():
+        raise CorpusError(f"{path}: the file is empty (want a header line naming the columns, then one row a line)")
+    first_line = text.lstrip().split("\n", 1)[0]
+    kind = file_format(path, first_line)
+    columns, rows = _json_rows(path, text) if kind == "jsonl" else _table_rows(path, text, kind)
+    if not rows:
+        raise CorpusError(f"{path}: no rows, only the header {', '.join(columns)}")
+    return columns, rows
+
+
+def _read_text(path: Path) -> str:
+    """The file's text, with lib.corpus's checks (a binary file, UTF-16) and one-line errors."""
+    if not path.exists():
+        raise CorpusError(f"{path}: no such file")
+    if not path.is_file():
+        raise CorpusError(f"{path}: not a file (a folder?)")
+    raw = read_text_bytes(path)  # refuses a binary file; converts UTF-16 with a byte-order mark, drops UTF-8's
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise CorpusError(f"{path} line {line}: not valid UTF-8 (save the file as UTF-8)") from None
+
+
+def _table_rows(path: Path, text: str, kind: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """TSV or CSV: the header's column names and the rows. The two differ only in the delimiter and the quoting."""
+    lines = io.StringIO(text, newline="")  # as the csv module wants: it finds the line ends itself
+    if kind == "tsv":
+        reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+    else:
+        reader = csv.reader(lines, strict=True)  # strict: a stray quote is an error, not a silently merged field
+    header, rows, next_line = None, [], 1
+    try:
+        for fields in reader:
+            number, next_line = next_line, reader.line_num + 1  # a quoted CSV field may run over several lines
+            if not "".join(fields).strip():
+                continue  # a blank line
+            if header is None:
+                header = [name.strip() for name in fields]
+                if len(set(header)) < len(header):
+                    twice = next(name for name in header if header.count(name) > 1)
+                    raise CorpusError(f"{path} line {number}: the header names the column {twice!r} twice")
+                continue
+            if len(fields) != len(header):
+                raise CorpusError(_field_count_error(path, number, kind, len(fields), len(header)))
+            rows.append((number, dict(zip(header, fields))))
+    except csv.Error as e:  # CSV's quoting rules, or a field over the csv module's size limit
+        hint = ' (CSV: quote a field that holds a quote, and double the quotes inside it: "say ""hi""")'
+        raise CorpusError(f"{path} line {reader.line_num}: {e}{hint if kind == 'csv' else ''}") from None
+    return header, rows
+
+
+def _field_count_error(path: Path, number: int, kind: str, fields: int, wanted: int) -> str:
+    if kind == "csv":
+        hint = " (a comma inside a sentence? put the sentence in double quotes)" if fields > wanted else ""
+        return f"{path} line {number}: {fields} comma-separated fields, the header has {wanted}{hint}"
+    hint = " (a tab inside a sentence? TSV splits at every tab: use CSV or JSONL)" if fields > wanted else ""
+    return f"{path} line {number}: {fields} tab-separated fields, the header has {wanted}{hint}"
+
+
+def _json_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """JSONL: the first object's keys as the column names, and the rows."""
+    columns, rows = None, []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise CorpusError(f"{path} line {number}: not valid JSON ({e.msg}); want one JSON object a line") from None
+        if not isinstance(item, dict):
+            what = "an array" if isinstance(item, list) else f"{json.dumps(item)[:40]}"
+            raise CorpusError(f"{path} line {number}: {what}, not a JSON object; want one object a line, "
+                              "its keys naming the columns")
+        if columns is None:
+            columns = list(item)
+        missing = [column for column in columns if column not in item]
+        if missing:
+            raise CorpusError(f'{path} line {number}: no key "{missing[0]}", which the first object has '
+                              "(every line needs the same keys)")
+        rows.append((number, {column: _json_value(path, number, column, item[column]) for column in columns}))
+    return columns or [], rows
+
+
+def _json_value(path: Path, number: int, column: str, value) -> str:
+    """A JSONL value as text: a sentence column's must be a string, a score's or label's a number (or a string)."""
+    shown = json.dumps(value)[:40]
+    if column in SENTENCE_COLUMNS and not isinstance(value, str):
+        raise CorpusError(f"{path} line {number}: {column} is {shown}, not a string")
+    if column in NUMBER_COLUMNS and (isinstance(value, bool) or not isinstance(value, (int, float, str))):
+        raise CorpusError(f"{path} line {number}: {column} is {shown}, not a number")
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _missing_columns(path: Path, columns: list[str], wanted: str) -> CorpusError:
+    return CorpusError(f"{path}: want the columns {wanted}; found {', '.join(columns) or 'none'}")
+
+
+def _sentence(path: Path, number: int, row: dict[str, str], column: str) -> str:
+    """The row's value in a sentence column, refused when empty; kept as written (not stripped)."""
+    if not row[column].strip():
+        raise CorpusError(f"{path} line {number}: {column} is empty")
+    return row[column]
+
+
+def _number(path: Path, number: int, row: dict[str, str], column: str) -> float:
+    """The row's value in a score or label column as a float, refused unless a finite number."""
+    try:
+        value = float(row[column])
+    except ValueError:
+        raise CorpusError(f"{path} line {number}: {column} {row[column]!r} is not a number") from None
+    if not math.isfinite(value):
+        raise CorpusError(f"{path} line {number}: {column} {row[column]!r} is not a finite number")
+    return value
+
+
+def _scored_pairs(path: Path, columns: list[str], rows: list[tuple[int, dict[str, str]]]) -> list[tuple[str, str, float]]:
+    score_column = "score" if "score" in columns else "label"
+    if not {"sentence1", "sentence2", score_column} <= set(columns):
+        raise _missing_columns(path, columns, "sentence1, sentence2 and score (or label)")
+    return [(_sentence(path, number, row, "sentence1"), _sentence(path, number, row, "sentence2"),
+             _number(path, number, row, score_column)) for number, row in rows]
+
+
+def read_scored_pairs(path: str | Path) -> list[tuple[str, str, float]]:
+    """(sentence1, sentence2, score) from a file with the columns sentence1, sentence2 and score (else label), any
+    numbers: the gold similarity of each pair. evaluate.py's sts:PATH scores these; CoSENT and cosine-regression
+    training learn from them. read_rows gives the formats and the one-line errors."""
+    path = Path(path)
+    columns, rows = read_rows(path)
+    return _scored_pairs(path, columns, rows)
+
+
+def read_binary_pairs(path: str | Path) -> list[tuple[str, str, int]]:
+    """(sentence1, sentence2, label) from a file with the columns sentence1, sentence2 and label (else score), each
+    0 or 1 (1: the pair is similar, a paraphrase, a duplicate). evaluate.py's pairs:PATH scores these."""
+    path = Path(path)
+    columns, rows = read_rows(path)
+    label_column = "label" if "label" in columns else "score"
+    if not {"sentence1", "sentence2", label_column} <= set(columns):
+        raise _missing_columns(path, columns, "sentence1, sentence2 and label (or score), 0 or 1")
+    pairs = []
+    for number, row in rows:
+        label = _number(path, number, row, label_column)
+        if label not in (0.0, 1.0):
+            raise CorpusError(f"{path} line {number}: {label_column} {row[label_column]!r} is not 0 or 1 "
+                              "(graded scores: evaluate them with sts:PATH)")
+        pairs.append((_sentence(path, number, row, "sentence1"), _sentence(path, number, row, "sentence2"), int(label)))
+    return pairs
+
+
+def read_training_file(path: str | Path) -> tuple[str, list[tuple]]:
+    """Labelled training data, its kind told by the header (or the JSONL keys), first match wins:
+
+      sentence1, sentence2, score (or label)   -> ("scored", [(sentence1, sentence2, score)])  CoSENT, cosine regression
+      anchor, positive, negative               -> ("triplets", [(anchor, positive, negative)])
+      anchor, positive                         -> ("pairs", [(anchor, positive)])  in-batch negatives
+      sentence1, sentence2, negative           -> ("triplets", [(sentence1, sentence2, negative)])
+      sentence1, sentence2                     -> ("pairs", [(sentence1, sentence2)])
+
+    Other columns are ignored. An NLI file (premise, hypothesis, label) is not one of these: read_nli, then
+    nli_triplets."""
+    path = Path(path)
+    columns, rows = read_rows(path)
+    if {"sentence1", "sentence2"} <= set(columns) and ("score" in columns or "label" in columns):
+        return "scored", _scored_pairs(path, columns, rows)
+    if {"anchor", "positive"} <= set(columns):
+        first, second = "anchor", "positive"
+    elif {"sentence1", "sentence2"} <= set(columns):
+        first, second = "sentence1", "sentence2"
+    else:
+        raise _missing_columns(path, columns, "anchor, positive [, negative], or sentence1, sentence2 [, score]")
+    if "negative" in columns:
+        return "triplets", [(_sentence(path, number, row, first), _sentence(path, number, row, second),
+                             _sentence(path, number, row, "negative")) for number, row in rows]
+    return "pairs", [(_sentence(path, number, row, first), _sentence(path, number, row, second))
+                     for number, row in rows]
+
+
+def nli_triplets(pairs: list[tuple[str, str, int]]) -> list[tuple[str, str, str]]:
+    """(premise, entailed hypothesis, contradicted hypothesis) triplets from read_nli's (premise, hypothesis,
+    label id) pairs: SimCSE's supervised setting (Gao et al. 2021, arXiv:2104.08821: entailment pairs as the
+    positives, contradiction pairs as the hard negatives). Each entailment hypothesis of a premise is the positive
+    of one triplet, with a contradiction hypothesis of the same premise as its negative: the first for the first
+    positive, the second for the second, and so on, starting again from the first when they run out. A premise
+    without both an entailment and a contradiction gives none; neutral pairs are not used. Deterministic: the
+    triplets come in the order of each premise's first entailment pair."""
+    entailed: dict[str, list[str]] = {}  # premise -> its entailment hypotheses, in file order
+    contradicted: dict[str, list[str]] = {}
+    for premise, hypothesis, label in pairs:
+        if label == NLI_LABELS["entailment"]:
+            entailed.setdefault(premise, []).append(hypothesis)
+        elif label == NLI_LABELS["contradiction"]:
+            contradicted.setdefault(premise, []).append(hypothesis)
+    triplets = []
+    for premise, positives in entailed.items():
+        negatives = contradicted.get(premise, [])
+        if negatives:
+            for i, positive in enumerate(positives):
+                triplets.append((premise, positive, negatives[i % len(negatives)]))
+    return triplets

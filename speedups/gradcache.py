@@ -17,7 +17,8 @@ and the gradient that of a loss nobody computed (the bug of sentence-transformer
 CachedVectors is an autograd Function whose backward runs step 3, as torch.utils.checkpoint recomputes a
 segment, so the training loop's loss.backward() is unchanged. ChunkedConSERTLoss routes every encoder pass of
 consert.ConSERTLoss through it. The adversarial view is refused: its perturbation is a gradient through the
-whole batch's loss inside the forward pass.
+whole batch's loss inside the forward pass. ChunkedSupervisedLoss does the same for finetune.SupervisedLoss:
+in-batch negatives and CoSENT also compare every row of a batch with every other.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from typing import Callable
 import torch
 
 from consert import ConSERTLoss, UnaugmentedPass, View
+from finetune import SupervisedLoss
+from model import SentenceEncoder
 
 
 def random_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -93,6 +96,17 @@ def in_chunks(input_ids: torch.Tensor, attention_mask: torch.Tensor, size: int) 
     return chunks
 
 
+def in_cached_chunks(encode: Callable[..., torch.Tensor], input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     size: int, cache: bool = True) -> torch.Tensor:
+    """encode(ids, mask) of the batch, `size` sentences at a time, through CachedVectors (B, d). cache=False: the
+    chunks encoded with their graphs kept, what the cached gradient must equal (the tests compare them)."""
+    chunks = in_chunks(input_ids, attention_mask, size)
+    if not cache:
+        return torch.cat([encode(*chunk) for chunk in chunks])
+    anchor = torch.empty(0, requires_grad=True)  # a Function's output has a gradient only if an input has one
+    return CachedVectors.apply(encode, chunks, anchor)  # (B, d)
+
+
 class ChunkedConSERTLoss(ConSERTLoss):
     """consert.ConSERTLoss (the same forward, the same parameters) whose encoder passes run `micro_batch`
     sentences at a time through CachedVectors: the whole batch's loss and gradient, one chunk's graph in memory.
@@ -115,11 +129,7 @@ class ChunkedConSERTLoss(ConSERTLoss):
 
     def chunked(self, encode: Callable[..., torch.Tensor], input_ids: torch.Tensor,
                 attention_mask: torch.Tensor) -> torch.Tensor:
-        chunks = in_chunks(input_ids, attention_mask, self.micro_batch)
-        if not self.cache:
-            return torch.cat([encode(*chunk) for chunk in chunks])
-        anchor = torch.empty(0, requires_grad=True)  # a Function's output has a gradient only if an input has one
-        return CachedVectors.apply(encode, chunks, anchor)  # (B, d)
+        return in_cached_chunks(encode, input_ids, attention_mask, self.micro_batch, self.cache)
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, view: View) -> torch.Tensor:
         return self.chunked(lambda ids, mask: ConSERTLoss.encode(self, ids, mask, view), input_ids, attention_mask)
@@ -127,3 +137,18 @@ class ChunkedConSERTLoss(ConSERTLoss):
     def unaugmented(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> UnaugmentedPass:
         z = self.chunked(lambda ids, mask: ConSERTLoss.unaugmented(self, ids, mask).z, input_ids, attention_mask)
         return UnaugmentedPass(z, None, attention_mask)  # no embedding output: only the adversarial view reads it
+
+
+class ChunkedSupervisedLoss(SupervisedLoss):
+    """finetune.SupervisedLoss (the same forward) whose columns are encoded `micro_batch` sentences at a time
+    through CachedVectors: the whole batch's in-batch negatives or CoSENT, one chunk's graph in memory."""
+
+    backward_per_chunk = True  # distributed.ddp leaves it unwrapped: DDP would reduce each chunk's backward
+
+    def __init__(self, encoder: SentenceEncoder, micro_batch: int, cache: bool = True, **options):
+        super().__init__(encoder, **options)
+        self.micro_batch, self.cache = micro_batch, cache
+
+    def vectors(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        encode = lambda ids, mask: SupervisedLoss.vectors(self, ids, mask)
+        return in_cached_chunks(encode, input_ids, attention_mask, self.micro_batch, self.cache)  # (B, d)

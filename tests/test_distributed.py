@@ -97,3 +97,27 @@ def test_two_processes_train_like_one_consert_with_gathered_negatives(tiny_model
     assert_same_run(tmp_path / "one", tmp_path / "chunks")
     launch("consert.py", 2, *common, "--local-negatives", "--out", tmp_path / "local")
     assert losses(tmp_path / "local")[0] < losses(tmp_path / "one")[0]  # fewer negatives: an easier task
+
+
+@pytest.mark.parametrize("kind", ["triplets", "scored"])
+def test_two_processes_fine_tune_like_one_over_the_global_batch(tiny_model_dir, sts_sentences, tmp_path, kind):
+    """finetune.py under torchrun: the in-batch negatives (and CoSENT's pairs of pairs) of the global batch, so two
+    processes give one process's losses and gradients (the tiny model has no dropout); also with --micro-batch."""
+    s = sts_sentences
+    rows = [f"{s[i]}\t{s[i + 1]}\t" + (s[(i + 7) % 37] if kind == "triplets" else str(i % 5)) for i in range(37)]
+    header = "anchor\tpositive\tnegative" if kind == "triplets" else "sentence1\tsentence2\tscore"
+    (tmp_path / "rows.tsv").write_text("\n".join([header] + rows) + "\n", encoding="utf-8")
+    common = ["--pairs", tmp_path / "rows.tsv", "--model", tiny_model_dir, "--batch-size", 10, "--steps", 5,
+              "--lr", 1e-3, "--device", "cpu"]
+    launch("finetune.py", 1, *common, "--out", tmp_path / "one")
+    for name, extra in (("two", []), ("chunks", ["--micro-batch", 3])):
+        launch("finetune.py", 2, *common, *extra, "--out", tmp_path / name)
+        assert losses(tmp_path / name) == pytest.approx(losses(tmp_path / "one"), abs=1e-5)
+        # the summed gradient: averaged, it would be half as long. (The weights are not compared to 1e-5: the tiny
+        # model's vectors are nearly parallel, so rounding decides the sign of some near-zero gradient entries,
+        # which Adam turns into steps of the full lr.)
+        assert grad_norms(tmp_path / name) == pytest.approx(grad_norms(tmp_path / "one"), rel=1e-3)
+
+
+def grad_norms(out: Path) -> list[float]:
+    return [json.loads(line)["grad_norm"] for line in (out / "log.jsonl").read_text().splitlines()]

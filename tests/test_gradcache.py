@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import consert
+import finetune
 import consert_train
 from speedups import gradcache
 from lib import weights
@@ -148,3 +149,21 @@ def test_the_adversarial_view_is_refused_in_one_line(encoder, small_corpus, caps
     # the sup stage trains the classifier alone: its views, adversarial or not, are never made
     objective = consert.ConSERTLoss(encoder, (consert.View("none"), consert.View("adversarial")), nli_classes=3)
     assert gradcache.ChunkedConSERTLoss.of(objective, 4).micro_batch == 4
+
+
+@pytest.mark.parametrize("kind", ["triplets", "cosent"])
+def test_supervised_fine_tuning_in_chunks_is_the_whole_batch(encoder, sentences, kind):
+    """finetune.SupervisedLoss through the cached gradient (--micro-batch): with dropout on, the same loss and
+    gradients as one graph over the whole batch with the same draws; without dropout, as the plain objective."""
+    rows = [(sentences[i], sentences[(i + 3) % 8]) + ((sentences[(i + 5) % 8],) if kind == "triplets" else (i % 4,))
+            for i in range(8)]
+    columns = ("anchor", "positive", "negative") if kind == "triplets" else ("sentence1", "sentence2", "score")
+    dataset = finetune.ExampleDataset(rows, columns, encoder.tokenizer, encoder.max_length)
+    batch = finetune.collate_examples([dataset[(0, i)] for i in range(8)])
+    chunked = lambda enc, cache: gradcache.ChunkedSupervisedLoss(enc, micro_batch=CHUNK, cache=cache)
+    encoder.train()
+    assert_same(loss_and_gradients(chunked(encoder, False), batch), loss_and_gradients(chunked(encoder, True), batch))
+    quiet = SentenceEncoder(encoder.bert, encoder.tokenizer, "mean", 64).eval()
+    assert_same(loss_and_gradients(finetune.SupervisedLoss(quiet), batch),
+                loss_and_gradients(chunked(quiet, True), batch))
+    encoder.train()

@@ -1,0 +1,197 @@
+"""The TSDAE paper's pre-training claim in miniature (arXiv:2104.06979 §6, fig. 2): is TSDAE a better step before
+labelled training than continued masked-language modelling (MLM) on the same text, or than nothing?
+
+    raw bert-mini --{none | MLM | TSDAE}, the same unlabelled sentences, the same steps-->
+                  --CoSENT on k STS-b train pairs, k in {100, 1000, all}--> STS-b test Spearman, seeds 0, 1, 2
+
+The unlabelled sentences are the STS12-16, STS-b and SICK sentences (lib.datafiles.sts_corpus) without any STS-b
+dev or test sentence: the scored sentences stay unseen by every step. The paper fine-tunes on its domain tasks
+(AskUbuntu, CQADupStack, TwitterPara, SciDocs); this is the same regime on the data here, not its numbers.
+Fine-tuning and evaluation pool by the mean in every arm (TSDAE pre-trains with mean pooling too; app. A, tab. 7
+finds mean and CLS equal), so the arms differ only in what pre-training did to the weights.
+
+    python examples/pretraining_claim.py --dry-run          # every command, and the cost estimate
+    python examples/pretraining_claim.py                    # run what is not done yet (resumable), then the table
+    python examples/pretraining_claim.py --summary          # the table from the saved run folders, no training
+
+Each arm is a run folder under --out; an arm whose folder holds its result is never run again, and an arm
+stopped half-way resumes from its checkpoint. The table goes to stdout and OUT/table.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import train  # noqa: E402
+from lib import cli  # noqa: E402
+from lib.corpus import normalise_whitespace  # noqa: E402
+from lib.datafiles import load_stsb, sts_corpus  # noqa: E402
+
+PRETRAININGS = ("none", "mlm", "tsdae")
+SIZES = {"100": 100, "1000": 1000, "all": None}  # k labelled STS-b train pairs (all: 5,749)
+EPOCHS = {"100": 30, "1000": 4, "all": 1}  # about 200-360 steps of 16 for each k
+# Seconds per arm on 2 CPU cores (measured on this project's machine; the estimate before a run).
+COST = {"pretrain": 170, "finetune-100": 30, "finetune-1000": 35, "finetune-all": 45, "evaluate": 12}
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=cli.HelpFormatter)
+    p.add_argument("--model", default=str(ROOT.parent / "shared" / "models" / "bert-mini-mlm"),
+                   help="the raw masked-LM checkpoint every arm starts from")
+    p.add_argument("--data", default=os.environ.get("EVAL_DATA_DIR") or str(ROOT / "data"),
+                   help="the evaluation data folder (STS12-16, STS-b, SICK)")
+    p.add_argument("--out", default="runs/claim", help="the arms' run folders, the corpus and the table")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of every arm")
+    p.add_argument("--steps", type=int, default=2000, help="pre-training steps of 8 sentences (MLM and TSDAE alike)")
+    p.add_argument("--pretrain-lr", type=float, default=1e-4, help="pre-training learning rate (MLM and TSDAE alike)")
+    p.add_argument("--lr", type=float, default=5e-5, help="fine-tuning learning rate")
+    p.add_argument("--dry-run", action="store_true", help="print every command and the cost estimate; run nothing")
+    p.add_argument("--summary", action="store_true", help="print the table from the saved arms; run nothing")
+    return p
+
+
+# ----------------------------------------------------------------------------
+# The arms: each a list of commands and the file that says it is done
+
+
+def prepare_data(data: Path, out: Path) -> tuple[Path, Path]:
+    """OUT/corpus.txt: the unlabelled sentences without STS-b dev and test ones; OUT/stsb_train.tsv: the labelled
+    STS-b train pairs with a header, as finetune.py reads them."""
+    corpus, labelled = out / "corpus.txt", out / "stsb_train.tsv"
+    if corpus.exists() and labelled.exists():
+        return corpus, labelled
+    unseen = {normalise_whitespace(s) for split in ("dev", "test")
+              for path in (data / "stsbenchmark" / f"sts-{split}.csv", data / "stsbenchmark" / "senteval" / f"sts-{split}.csv")
+              for s1, s2, _ in load_stsb(path) for s in (s1, s2)}
+    sentences = [s for s in sts_corpus(data) if normalise_whitespace(s) not in unseen]
+    out.mkdir(parents=True, exist_ok=True)
+    corpus.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    rows = load_stsb(data / "stsbenchmark" / "sts-train.csv")
+    labelled.write_text("sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in rows),
+                        encoding="utf-8")
+    print(f"{corpus}: {len(sentences)} unlabelled sentences; {labelled}: {len(rows)} labelled pairs")
+    return corpus, labelled
+
+
+def run_command(script: str, folder: Path, flags: list[str]) -> list[str]:
+    """A training command: --resume when the folder holds a checkpoint of a stopped run, else --overwrite."""
+    again = ["--resume"] if (folder / "checkpoint").exists() else ["--overwrite"]
+    return [sys.executable, script, *flags, "--out", str(folder), "--save-every", "0", *again]
+
+
+def pretraining(method: str, seed: int, corpus: Path, args: argparse.Namespace) -> tuple[Path, list[tuple[str, list[str]]]]:
+    """(the model the fine-tuning starts from, the (kind, command) that makes it)."""
+    if method == "none":
+        return Path(args.model), []
+    folder = Path(args.out) / f"{method}-s{seed}"
+    script = "tsdae.py" if method == "tsdae" else "baselines/mlm.py"
+    pooling = ["--pooling", "mean"] if method == "tsdae" else []
+    flags = ["--corpus", str(corpus), "--model", args.model, "--steps", str(args.steps), "--batch-size", "8",
+             "--lr", str(args.pretrain_lr), "--seed", str(seed), *pooling]
+    return folder / "model", [] if train.finished(folder) else [("pretrain", run_command(script, folder, flags))]
+
+
+def fine_tuning(method: str, k: str, seed: int, start: Path, labelled: Path,
+                args: argparse.Namespace) -> tuple[Path, list[tuple[str, list[str]]]]:
+    """(the scores file of the arm, the (kind, command)s that make it: fine-tune, then STS-b test)."""
+    folder = Path(args.out) / f"ft-{method}-k{k}-s{seed}"
+    scores = folder / "scores.json"
+    if scores.exists():
+        return scores, []
+    sample = ["--sample", str(SIZES[k])] if SIZES[k] else []
+    flags = ["--pairs", str(labelled), "--model", str(start), "--pooling", "mean", *sample, "--epochs",
+             str(EPOCHS[k]), "--lr", str(args.lr), "--seed", str(seed)]
+    evaluation = [sys.executable, "evaluate.py", "--model", str(folder / "model"), "--tasks", "stsb", "--data-dir",
+                  args.data, "--json", str(scores)]
+    return scores, [(f"finetune-{k}", run_command("finetune.py", folder, flags)), ("evaluate", evaluation)]
+
+
+# ----------------------------------------------------------------------------
+# The table
+
+
+def mean_sd(values: list[float]) -> str:
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
+
+
+def verdict(differences: list[float]) -> str:
+    """The sign of the per-seed differences against their spread: the claim holds beyond the seed spread when
+    every seed's difference is positive and their mean exceeds their sd; it is reversed when the same holds
+    below 0; otherwise the difference lies within the spread."""
+    mean, sd = statistics.mean(differences), statistics.stdev(differences) if len(differences) > 1 else 0.0
+    if all(d > 0 for d in differences) and mean > sd:
+        return "holds"
+    if all(d < 0 for d in differences) and -mean > sd:
+        return "reversed"
+    return "within the spread"
+
+
+def table(results: dict[tuple[str, str], list[float]], seeds: list[int]) -> str:
+    """Markdown: per k the three arms' STS-b test (mean ± sd over the seeds), then the per-seed differences
+    TSDAE - MLM and TSDAE - none with their verdicts."""
+    lines = ["| labelled pairs k | none | MLM | TSDAE | TSDAE - MLM per seed | verdict | TSDAE - none per seed | verdict |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for k in SIZES:
+        if not all(len(results.get((method, k), [])) == len(seeds) for method in PRETRAININGS):
+            lines.append(f"| {k} | (not all arms done) | | | | | | |")
+            continue
+        row = [k] + [mean_sd(results[(method, k)]) for method in PRETRAININGS]
+        for other in ("mlm", "none"):
+            differences = [t - o for t, o in zip(results[("tsdae", k)], results[(other, k)])]
+            row += [", ".join(f"{d:+.2f}" for d in differences), verdict(differences)]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    os.chdir(ROOT)
+    out = Path(args.out)
+    corpus, labelled = (out / "corpus.txt", out / "stsb_train.tsv") if args.dry_run or args.summary else \
+        prepare_data(Path(args.data), out)
+    plan, results_files = [], {}
+    for seed in args.seeds:
+        starts = {}
+        for method in PRETRAININGS:
+            starts[method], commands = pretraining(method, seed, corpus, args)
+            plan += commands
+        for method in PRETRAININGS:
+            for k in SIZES:
+                results_files[(method, k, seed)], commands = fine_tuning(method, k, seed, starts[method], labelled, args)
+                plan += commands
+    estimate = sum(COST[kind] for kind, _ in plan)
+    if not args.summary:
+        print(f"{len(plan)} commands to run, about {estimate / 60:.0f} minutes on 2 CPU cores")
+    for kind, command in [] if args.summary else plan:
+        shown = " ".join(command[1:])
+        if args.dry_run:
+            print(f"python {shown}")
+            continue
+        print(f"[{time.strftime('%H:%M:%S')}] python {shown}", flush=True)
+        if subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "2"}).returncode != 0:
+            raise SystemExit(f"error: this arm failed: python {shown} (rerun the script to resume)")
+    if args.dry_run:
+        return 0
+    results = {}
+    for (method, k, seed), scores in results_files.items():
+        if scores.exists():
+            results.setdefault((method, k), []).append(json.loads(scores.read_text())["stsb"])
+    text = (f"STS-b test Spearman x 100, mean ± sd over seeds {', '.join(map(str, args.seeds))} "
+            f"({args.steps} pre-training steps of 8 sentences; fine-tuning lr {args.lr:g}):\n\n"
+            + table(results, args.seeds))
+    print(text)
+    (out / "table.md").write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(main)
