@@ -25,7 +25,7 @@ from consert import (NLI_FEATURES, ConSERTLoss, NLIDataset, SentenceDataset, Vie
 from labs.masked_cutoff import MaskedCutoffConSERTLoss
 from labs.shared_dropout import SharedDropoutConSERTLoss
 from lib import cli, distributed
-from lib.corpus import hold_out, open_corpus
+from lib.corpus import few_shot, hold_out, open_corpus
 from lib.datafiles import NLI_LABELS, read_nli, sts_corpus
 from lib.weights import default_model_path
 from model import SentenceEncoder
@@ -140,6 +140,12 @@ def make_parser() -> cli.ArgumentParser:
                      help="unsup: contrastive on --corpus. With --nli (§3.4): sup = NLI classifier only; joint = "
                           "classifier + weighted contrastive on the NLI sentences; sup-unsup / joint-unsup = that, "
                           "into OUT/stage1, then contrastive on --corpus")
+    src.add_argument("--few-shot", type=int, metavar="N",
+                     help="train on N sentences of the corpus drawn at random (by --seed): §4.4's few-shot study")
+    src.add_argument("--upsample", action="store_true",
+                     help="with --few-shot: repeat the N sentences up to the corpus's size, each floor or ceil of "
+                          "(size / N) times, so an epoch holds as many batches as the full corpus's (the official "
+                          "--do_upsampling)")
     src.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
                      help="what to do with input lines that are not UTF-8")
     src.add_argument("--max-length", type=int, default=64,
@@ -225,6 +231,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if args.micro_batch and objective_class(stage, args) is not ConSERTLoss:
             p.error("--micro-batch chunks ConSERT's own objective, not a lab's (--shared-dropout, token_cutoff_masked)")
     cli.check_selection(p, args)
+    if args.upsample and not args.few_shot:
+        p.error("--upsample repeats the sentences of --few-shot N: give --few-shot too")
+    if args.few_shot is not None and args.few_shot < 1:
+        p.error(f"--few-shot must be at least 1 (got {args.few_shot})")
     if args.max_length < 1:
         p.error(f"--max-length must be at least 1 (got {args.max_length})")
     return args
@@ -269,6 +279,8 @@ def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inpu
     encoder = build_encoder(stage, model_dir, args)
     objective = build_objective(stage, encoder, args, device, world)
     trained, kept_out = hold_out(inputs, args.heldout)  # --heldout N: a dev signal without labels
+    if stage.kind == "unsup" and args.few_shot:  # §4.4: N sentences of the corpus, upsampled to its size or not
+        trained = few_shot(trained, args.few_shot, seed=args.seed, upsample=args.upsample)
     if kept_out and rank == 0:
         print(f"--heldout {args.heldout}: {len(kept_out)} {'lines' if stage.kind == 'unsup' else 'NLI pairs'} kept out "
               f"of training, and {len(inputs) - len(kept_out) - len(trained)} more that repeat one of their sentences")

@@ -309,3 +309,21 @@ def sentences_of(item: str | tuple) -> list[str]:
     whitespace-normalised."""
     return [normalise_whitespace(item)] if isinstance(item, str) else [normalise_whitespace(s) for s in item
                                                                         if isinstance(s, str)]
+
+
+def few_shot(items: Sequence, n: int, seed: int = 0, upsample: bool = False) -> list:
+    """ConSERT's few-shot study (arXiv:2105.11741 §4.4; the official --data_proportion, --do_upsampling): n items
+    drawn at random (by `seed`), in their original order. With `upsample`, repeated up to the size of all the
+    items, so that an epoch holds as many batches as on the full corpus: each of the n appears floor(size / n)
+    times, and size mod n of them (drawn at random too) once more. (The official code repeats them int(1 / p) times,
+    which falls short of the full size when p does not divide 1.)"""
+    if not 0 < n <= len(items):
+        raise UsageError(f"--few-shot {n}: choose 1 to {len(items)}, the lines of the data")
+    rng = np.random.default_rng(seed)
+    chosen = np.sort(rng.choice(len(items), size=n, replace=False)).tolist()
+    sample = [items[i] for i in chosen]
+    if not upsample:
+        return sample
+    times, extra = divmod(len(items), n)
+    once_more = set(rng.choice(n, size=extra, replace=False).tolist())
+    return [item for i, item in enumerate(sample) for _ in range(times + (i in once_more))]

@@ -704,3 +704,34 @@ def test_the_chosen_optimizer_is_the_one_that_steps(flag, stepped, tiny_model_di
     assert calls[stepped] == 3 and sum(calls.values()) == 3
     first_lr = json.loads((tmp_path / "log.jsonl").read_text().splitlines()[0])["lr"]
     assert (first_lr == 0.0) == (stepped == "official")  # the official warm-up starts at lr 0
+
+
+@pytest.mark.quick
+def test_few_shot_upsampling_fills_an_epoch_of_the_full_corpus():
+    """§4.4 with the official --do_upsampling: N sentences repeated up to the corpus's size, each floor or ceil of
+    (size / N) times, so an epoch holds as many batches as on the full corpus; without it, the N sentences once."""
+    from collections import Counter
+
+    from lib.corpus import few_shot
+
+    corpus = [f"sentence {i}" for i in range(1003)]
+    for n in (1, 7, 100, 1003):
+        upsampled = few_shot(corpus, n, seed=3, upsample=True)
+        counts = Counter(upsampled)
+        assert len(upsampled) == len(corpus) and len(counts) == n
+        assert set(counts.values()) <= {len(corpus) // n, -(-len(corpus) // n)}
+        assert len(data.BatchSampler(len(upsampled), 96)) == len(data.BatchSampler(len(corpus), 96))
+        once = few_shot(corpus, n, seed=3)
+        assert len(once) == n and set(once) == set(counts)  # the same N sentences, in the corpus's order
+        assert once == sorted(once, key=corpus.index)
+    assert set(few_shot(corpus, 100, seed=3)) != set(few_shot(corpus, 100, seed=4))
+
+
+def test_few_shot_run_trains_an_epoch_of_the_full_corpus(tiny_model_dir, small_corpus, tmp_path, capsys):
+    consert_train.main(["--corpus", str(small_corpus), *tiny(tiny_model_dir, tmp_path / "up", "--batch-size", 4,
+                                                             "--epochs", 1, "--few-shot", 3, "--upsample")])
+    assert "ConSERT unsup: 16 sentences" in capsys.readouterr().out
+    assert len((tmp_path / "up" / "log.jsonl").read_text().splitlines()) == 4  # 16 sentences, batches of 4
+    consert_train.main(["--corpus", str(small_corpus), *tiny(tiny_model_dir, tmp_path / "once", "--batch-size", 4,
+                                                             "--epochs", 1, "--few-shot", 3)])
+    assert "ConSERT unsup: 3 sentences" in capsys.readouterr().out

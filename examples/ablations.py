@@ -1,0 +1,261 @@
+"""The papers' own ablations in miniature, one command per table: TSDAE's app. A (arXiv:2104.06979, tab. 5-7 and
+the tied decoder) and ConSERT's §4.3-4.6 (arXiv:2105.11741: views, few-shot, temperature, batch size), each arm
+from the raw bert-mini stand-in over seeds 0, 1, 2, beside the paper's number and with a verdict.
+
+    python examples/ablations.py tsdae-noise --dry-run     # every arm's commands, and the cost estimate
+    python examples/ablations.py tsdae-noise               # run what is not done yet (resumable), then the table
+    python examples/ablations.py all --summary             # every table from the saved run folders, no training
+
+The corpora (no STS-b dev or test sentence trains; the scores are STS-b dev, as the TSDAE paper tuned, and test):
+  TSDAE    the unlabelled sentences of the NLI files in the data folder (SNLI dev, MNLI dev matched), as the paper's
+           tuning corpus was NLI sentences (app. A)
+  ConSERT  the STS12-16, STS-b and SICK sentences (the official unsupervised set, §4.1)
+Each arm is a run folder under --out with its scores (scores.json); a finished arm is never run again. A table
+goes to stdout and to OUT/TABLE.md; OUT/TABLE.json holds its numbers for examples/plot_ablations.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from arms import mean_sd, run_plan, training, verdict  # noqa: E402
+from lib import cli  # noqa: E402
+from lib.corpus import normalise_whitespace  # noqa: E402
+from lib.datafiles import load_stsb, read_nli, sts_corpus  # noqa: E402
+
+SEEDS = (0, 1, 2)
+COST = {"tsdae": 55, "consert": 75, "evaluate": 10}  # seconds of one command on 2 CPU cores
+
+
+def tsdae_arm(noise: str = "delete", ratio: str = "0.6", pooling: str = "cls", untie: bool = False) -> list[str]:
+    """The flags of a TSDAE arm: the paper's choices (app. A) unless told, 400 steps of 8 at lr 1e-4 as the README's
+    miniature. The same settings give the same flags, so tables that share an arm share its run."""
+    return ["--noise", noise, "--noise-ratio", ratio, "--pooling", pooling, *(["--untie"] if untie else []),
+            "--steps", "400", "--batch-size", "8", "--lr", "1e-4"]
+
+
+def consert_arm(view1: str = "shuffle", view2: str = "feature_cutoff", temperature: str = "0.1", lr: str = "2e-5",
+                batch: int = 96, few_shot: str = "all") -> list[str]:
+    """The flags of a ConSERT arm: the official views and temperature, at the author's later lr 2e-5 with PyTorch's
+    AdamW (the official lr 5e-7 with the official AdamW where asked), 14,400 sentences (150 steps of 96)."""
+    optimizer = "official" if lr == "5e-7" else "pytorch"
+    sample = ["--few-shot", few_shot, "--upsample"] if few_shot != "all" else []
+    return ["--view1", view1, "--view2", view2, "--temperature", temperature, "--lr", lr, "--optimizer", optimizer,
+            "--batch-size", str(batch), "--steps", str(14400 // batch), *sample]
+
+
+@dataclass
+class Table:
+    """One of the papers' tables: what it varies, its arms (name -> the arm's flags, the paper's number or None),
+    the paper's chosen arm, and how the paper orders the others against it where it gives no number (+1: the
+    chosen is better, -1: worse)."""
+
+    method: str  # "tsdae" or "consert"
+    source: str  # where in the paper
+    varied: str
+    chosen: str
+    arms: dict[str, tuple[list[str], float | None]]
+    ordering: dict[str, int] = field(default_factory=dict)
+    metric: str = ""  # what the paper's numbers are
+
+
+VIEW_PAIRS = (("shuffle", "feature_cutoff"), ("none", "none"), ("shuffle", "shuffle"), ("token_cutoff", "token_cutoff"),
+              ("feature_cutoff", "feature_cutoff"), ("dropout", "dropout"), ("shuffle", "none"),
+              ("shuffle", "token_cutoff"), ("shuffle", "dropout"))
+TUNING = "STS-b Spearman of the tuning runs"
+TABLES = {
+    "tsdae-noise": Table(
+        "tsdae", "TSDAE app. A, tab. 5", "the noise type, ratio 0.3", "delete",
+        {noise: (tsdae_arm(noise=noise, ratio="0.3"), score)
+         for noise, score in (("delete", 78.33), ("swap", 76.85), ("mask", 76.56), ("replace", 74.01), ("add", 72.65))},
+        metric=TUNING),
+    "tsdae-ratio": Table(
+        "tsdae", "TSDAE app. A, tab. 6", "the deletion ratio", "0.6",
+        {ratio: (tsdae_arm(ratio=ratio), score)
+         for ratio, score in (("0.1", 77.81), ("0.3", 77.75), ("0.6", 78.77), ("0.8", 77.69), ("0.9", 75.67))},
+        metric=TUNING),
+    "tsdae-pooling": Table(
+        "tsdae", "TSDAE app. A, tab. 7", "the pooling, deletion 0.6", "cls",
+        {pooling: (tsdae_arm(pooling=pooling), score) for pooling, score in (("cls", 78.77), ("mean", 78.84),
+                                                                              ("max", 78.17))},
+        metric=TUNING),
+    "tsdae-tying": Table(
+        "tsdae", "TSDAE app. A", "encoder and decoder weights tied or not", "tied",
+        {"tied": (tsdae_arm(), 78.77), "untied": (tsdae_arm(untie=True), 79.15)},
+        metric="STS-b Spearman (the paper: validation)"),
+    "consert-views": Table(
+        "consert", "ConSERT §4.3", "the two views", "shuffle+feature_cutoff",
+        {f"{a}+{b}": (consert_arm(view1=a, view2=b), 72.74 if (a, b) == VIEW_PAIRS[0] else None) for a, b in VIEW_PAIRS},
+        # the paper: the official pair is best; of single views shuffle > token cutoff > feature cutoff ~ dropout > none
+        ordering={f"{a}+{b}": +1 for a, b in VIEW_PAIRS[1:]},
+        metric="the average of the 7 STS tests; only the best pair's is given here"),
+    "consert-temperature": Table(
+        "consert", "ConSERT §4.5", "the temperature, at the official lr 5e-7 and at the author's later 2e-5",
+        "0.1@2e-5",
+        {f"{t}@{lr}": (consert_arm(temperature=t, lr=lr), None)
+         for lr in ("5e-7", "2e-5") for t in ("0.01", "0.05", "0.1", "0.2", "0.5")},
+        ordering={f"{t}@{lr}": +1 for lr in ("5e-7", "2e-5") for t in ("0.01", "0.05", "0.2", "0.5")},
+        metric="a curve, best at 0.08-0.12, worse on either side"),
+    "consert-batch": Table(
+        "consert", "ConSERT §4.6", "the batch size, the sentences seen fixed (14,400)", "96",
+        {str(b): (consert_arm(batch=b), None) for b in (24, 48, 96, 192)},
+        ordering={"24": +1, "48": +1, "192": -1},
+        metric="larger batches help modestly"),
+    "consert-fewshot": Table(
+        "consert", "ConSERT §4.4", "the unlabelled sentences, upsampled to the corpus's size", "all",
+        {n: (consert_arm(few_shot=n), None) for n in ("100", "1000", "10000", "all")},
+        ordering={"100": +1, "1000": +1, "10000": +1},
+        metric="better with more sentences; 100 already beat the baselines"),
+}
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=cli.HelpFormatter)
+    p.add_argument("table", choices=[*TABLES, "all"], help="the table to run (all: every one, in this order)")
+    p.add_argument("--model", default=str(ROOT.parent / "shared" / "models" / "bert-mini-mlm"),
+                   help="the raw masked-LM checkpoint every arm starts from")
+    p.add_argument("--data", default=os.environ.get("EVAL_DATA_DIR") or str(ROOT / "data"),
+                   help="the evaluation data folder (STS-b, STS12-16, SICK, nli/)")
+    p.add_argument("--out", default="runs/ablations", help="the arms' run folders, the corpora and the tables")
+    p.add_argument("--dry-run", action="store_true", help="print every command and the cost estimate; run nothing")
+    p.add_argument("--summary", action="store_true", help="print the tables from the saved arms; run nothing")
+    return p
+
+
+# ----------------------------------------------------------------------------
+# The corpora and the arms
+
+
+def unseen_sentences(data: Path) -> set[str]:
+    """Every STS-b dev and test sentence (both releases), whitespace-normalised: none of them trains."""
+    return {normalise_whitespace(s) for split in ("dev", "test")
+            for path in (data / "stsbenchmark" / f"sts-{split}.csv", data / "stsbenchmark" / "senteval" / f"sts-{split}.csv")
+            for s1, s2, _ in load_stsb(path) for s in (s1, s2)}
+
+
+def prepare_corpora(data: Path, out: Path) -> dict[str, Path]:
+    """OUT/nli_sentences.txt (TSDAE's: the unique premises and hypotheses of data/nli/*.jsonl) and
+    OUT/sts_sentences.txt (ConSERT's: lib.datafiles.sts_corpus), both without STS-b dev and test sentences."""
+    corpora = {"tsdae": out / "nli_sentences.txt", "consert": out / "sts_sentences.txt"}
+    if all(path.exists() for path in corpora.values()):
+        return corpora
+    unseen = unseen_sentences(data)
+    nli = [s for path in sorted((data / "nli").glob("*.jsonl")) for p, h, _ in read_nli(path) for s in (p, h)]
+    sentences = {"tsdae": list(dict.fromkeys(normalise_whitespace(s) for s in nli)), "consert": sts_corpus(data)}
+    out.mkdir(parents=True, exist_ok=True)
+    for method, path in corpora.items():
+        kept = [s for s in sentences[method] if normalise_whitespace(s) not in unseen]
+        path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+        print(f"{path}: {len(kept)} sentences")
+    return corpora
+
+
+def arm_commands(table: Table, name: str, seed: int, corpus: Path, args: argparse.Namespace) -> tuple[Path, list]:
+    """(the arm's scores file, the (kind, command)s still to run for it). Arms with the same flags share a folder
+    (the paper's chosen setting appears in several tables)."""
+    flags, _ = table.arms[name]
+    key = "_".join(flag.lstrip("-").replace(".", "p") for flag in flags)
+    folder = Path(args.out) / table.method / f"{key}-s{seed}"
+    scores = folder / "scores.json"
+    if scores.exists():
+        return scores, []
+    script = "tsdae.py" if table.method == "tsdae" else "consert.py"
+    command = training(script, folder, ["--corpus", str(corpus), "--model", args.model, *flags, "--seed", str(seed)])
+    evaluation = [sys.executable, "evaluate.py", "--model", str(folder / "model"), "--tasks", "stsb", "--data-dir",
+                  args.data, "--json", str(scores)]
+    return scores, [(table.method, command), ("evaluate", evaluation)]
+
+
+# ----------------------------------------------------------------------------
+# The table: the paper's number, ours, the per-seed difference from the chosen arm, the verdict
+
+
+def read_scores(path: Path) -> tuple[float, float]:
+    """(STS-b dev, STS-b test) Spearman x 100 of an arm's evaluation."""
+    result = json.loads(path.read_text())
+    return result["details"]["stsb"]["dev"], result["stsb"]
+
+
+def judge(table: Table, name: str, ours: list[float]) -> str:
+    """The verdict on the paper's ordering of `name` against the chosen arm, from our per-seed differences
+    (chosen - arm, on STS-b test): the paper's own gap, or its stated ordering, gives the expected sign."""
+    paper, chosen_paper = table.arms[name][1], table.arms[table.chosen][1]
+    sign = (1 if chosen_paper > paper else -1) if paper is not None and chosen_paper is not None else \
+        table.ordering.get(name, 0)
+    if not sign:
+        return "no ordering in the paper"
+    spread = statistics.stdev(ours) if len(ours) > 1 else 0.0
+    said = verdict([sign * d for d in ours])
+    if paper is not None and chosen_paper is not None and abs(chosen_paper - paper) < spread:
+        return f"{said}; the paper's gap ({abs(chosen_paper - paper):.2f}) is below our spread: cannot tell"
+    return said
+
+
+def table_text(key: str, table: Table, results: dict[str, list[tuple[float, float]]]) -> tuple[str, dict]:
+    """The table as Markdown, and its numbers (for the figure)."""
+    chosen = results.get(table.chosen, [])
+    lines = [f"**{key}**: {table.varied} ({table.source}; the paper's numbers: {table.metric}). Chosen: "
+             f"{table.chosen}. STS-b Spearman x 100, mean ± sd over seeds {', '.join(map(str, SEEDS))}.", "",
+             "| arm | paper | ours: dev | ours: test | chosen - arm, test, per seed | verdict |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    numbers = {}
+    for name, (_, paper) in table.arms.items():
+        runs = results.get(name, [])
+        if len(runs) < len(SEEDS) or len(chosen) < len(SEEDS):
+            lines.append(f"| {name} | {paper if paper is not None else ''} | (not all seeds done) | | | |")
+            continue
+        dev, test = [d for d, _ in runs], [t for _, t in runs]
+        numbers[name] = {"paper": paper, "dev": dev, "test": test}
+        if name == table.chosen:
+            lines.append(f"| **{name}** | {paper if paper is not None else ''} | {mean_sd(dev)} | {mean_sd(test)} | | |")
+            continue
+        differences = [c - t for (_, c), t in zip(chosen, test)]
+        lines.append(f"| {name} | {paper if paper is not None else ''} | {mean_sd(dev)} | {mean_sd(test)} | "
+                     f"{', '.join(f'{d:+.2f}' for d in differences)} | {judge(table, name, differences)} |")
+    return "\n".join(lines), numbers
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    os.chdir(ROOT)
+    out = Path(args.out)
+    keys = list(TABLES) if args.table == "all" else [args.table]
+    corpora = ({"tsdae": out / "nli_sentences.txt", "consert": out / "sts_sentences.txt"}
+               if args.dry_run or args.summary else prepare_corpora(Path(args.data), out))
+    plan, files, planned = [], {}, set()
+    for key in keys:
+        table = TABLES[key]
+        for seed in SEEDS:
+            for name in table.arms:
+                files[(key, name, seed)], commands = arm_commands(table, name, seed, corpora[table.method], args)
+                for kind, command in commands:  # an arm two tables share runs once
+                    if tuple(command) not in planned:
+                        planned.add(tuple(command))
+                        plan.append((kind, command))
+    if not args.summary:
+        run_plan(plan, COST, args.dry_run)
+    if args.dry_run:
+        return 0
+    for key in keys:
+        results = {}
+        for seed in SEEDS:
+            for name in TABLES[key].arms:
+                if files[(key, name, seed)].exists():
+                    results.setdefault(name, []).append(read_scores(files[(key, name, seed)]))
+        text, numbers = table_text(key, TABLES[key], results)
+        print(text + "\n")
+        (out / f"{key}.md").write_text(text + "\n", encoding="utf-8")
+        (out / f"{key}.json").write_text(json.dumps({"chosen": TABLES[key].chosen, "arms": numbers}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run(main)
