@@ -113,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     train.check_dev_task(args.eval_task, args.eval_data)
     device = cli.device(args.device)
     cli.check_out_folder(Path(args.out), args.resume, args.overwrite)
+    count = len(rows)
     rows, kept_out = hold_out(rows, args.heldout)  # --heldout N: a dev signal from rows that never train
+    if kept_out and distributed.rank() == 0:
+        print(f"--heldout {args.heldout}: {len(kept_out)} rows kept out of training, and "
+              f"{count - len(kept_out) - len(rows)} more that repeat one of their sentences")
     rank, world = distributed.init()
     torch.manual_seed(args.seed)
     objective = build_objective(args)

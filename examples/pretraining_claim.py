@@ -38,7 +38,7 @@ PRETRAININGS = ("none", "mlm", "tsdae")
 SIZES = {"100": 100, "1000": 1000, "all": None}  # k labelled STS-b train pairs (all: 5,749)
 EPOCHS = {"100": 20, "1000": 3, "all": 1}  # 140, 189 and 360 steps of 16
 # Seconds per arm on 2 CPU cores (measured on this project's machine; the estimate before a run).
-COST = {"pretrain": 180, "finetune-100": 40, "finetune-1000": 50, "finetune-all": 85, "evaluate": 12}
+COST = {"pretrain": 250, "finetune-100": 32, "finetune-1000": 45, "finetune-all": 85, "evaluate": 11}
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -19,6 +19,7 @@ import torch
 from lib import cli
 import consert
 import consert_train
+import finetune_train
 import data
 from lib.corpus import hold_out
 import evaluate
@@ -47,7 +48,8 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
 # ---------------------------------------------------------------- --help and argument checks
 
 
-@pytest.mark.parametrize("make_parser", [tsdae_train.make_parser, consert_train.make_parser, evaluate.make_parser])
+@pytest.mark.parametrize("make_parser", [tsdae_train.make_parser, consert_train.make_parser, finetune_train.make_parser,
+                                         evaluate.make_parser])
 def test_help_has_a_line_for_every_flag_and_each_default_once(make_parser):
     parser = make_parser()
     for action in parser._actions:
@@ -205,8 +207,8 @@ def project_imports(tree: ast.AST, modules: set[str]) -> set[str]:
 
 def test_the_import_graph_has_layers_and_no_cycle():
     """What importing a module imports, `if __name__ == "__main__":` blocks included: no cycle; the two methods
-    import only model.py, data.py and lib/; lib/ imports only lib/; `python tsdae.py` and `python consert.py` run
-    the experiment beside them as the script, without importing it."""
+    import only model.py, data.py and lib/ (and so does finetune.py); lib/ imports only lib/; `python tsdae.py`,
+    `python consert.py` and `python finetune.py` run the experiment beside them as the script, without importing it."""
     files = project_modules()
     graph = {name: project_imports(ast.parse(path.read_text(encoding="utf-8")), set(files))
              for name, path in files.items()}
@@ -219,12 +221,12 @@ def test_the_import_graph_has_layers_and_no_cycle():
     for name in files:
         if name.startswith("lib."):
             assert all(other.startswith("lib.") for other in graph[name]), (name, graph[name])
-    for method in ("tsdae", "consert"):
+    for method in ("tsdae", "consert", "finetune"):
         assert {m for m in graph[method] if not m.startswith("lib.")} <= {"model", "data"}, (method, graph[method])
         assert method in graph[f"{method}_train"]
         assert f'runpy.run_module("{method}_train", run_name="__main__")' in files[method].read_text(encoding="utf-8")
     assert heights["tsdae"] == heights["consert"], heights
-    assert len(list(ROOT.glob("*.py"))) <= 9  # the root is the reading path
+    assert len(list(ROOT.glob("*.py"))) <= 10  # the root: the reading path, and each method's experiment
 
 
 # ---------------------------------------------------------------- examples/plot_log.py

@@ -3,6 +3,7 @@ the real MiniLM's batches, the batches, and the command (finetune_train.py) on t
 import csv
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -223,6 +224,20 @@ def test_triplets_cosine_regression_nli_and_sample(tiny_model_dir, files, tmp_pa
         ("A dog barks.", "A dog is loud.", "entailment")]), encoding="utf-8")
     run_finetune("--nli", nli, "--model", tiny_model_dir, "--steps", 1, "--out", tmp_path / "nli")
     assert "2 triplets" in capsys.readouterr().out  # the dog has no contradiction: no triple
+
+
+def test_held_out_rows_select_without_a_dev_file(tiny_model_dir, files, tmp_path, capsys):
+    """--heldout N: N rows (and every row sharing one of their sentences) never train; their loss selects best/."""
+    out = tmp_path / "heldout"
+    run_finetune("--pairs", files / "triplets.jsonl", "--model", tiny_model_dir, "--steps", 4, "--batch-size", 4,
+                 "--heldout", 4, "--eval-every", 2, "--out", out)
+    printed = capsys.readouterr().out
+    kept, dropped = (int(n) for n in re.search(r"--heldout 4: (\d+) rows kept out of training, and (\d+) more",
+                                                printed).groups())
+    assert kept == 4 and f"fine-tuning: {24 - 4 - dropped} triplets" in printed
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [record["step"] for record in log if "eval" in record] == [2, 4] and (out / "best").is_dir()
+    assert all("heldout-uniformity" in record for record in log if "eval" in record)
 
 
 @pytest.mark.quick
