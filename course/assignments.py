@@ -156,7 +156,8 @@ def spliced(reference: str, submitted: str, numbers: set[int], name: str) -> str
 
 def blank(source: str, numbers: set[int], message: str | None = None) -> str:
     """The source with the body of each function marked with one of `numbers` replaced by `raise NotImplementedError`
-    (its signature and docstring kept), whose message is `message` (default: see ASSIGNMENTS.md)."""
+    (its signature and docstring kept), whose message is "Exercise N: " and `message` (default: see ASSIGNMENTS.md):
+    lib/cli.run knows an unwritten exercise by that start."""
     lines = source.splitlines(keepends=True)
     marked = {i + 2: int(m.group(1)) for i, line in enumerate(lines) if (m := MARKER.match(line))}  # def's line number
     cuts = []  # (first body line, last line, indent, exercise) of each function to blank, 1-based
@@ -171,7 +172,7 @@ def blank(source: str, numbers: set[int], message: str | None = None) -> str:
             indent = " " * body[-1].col_offset
             cuts.append((first, node.end_lineno, indent, marked[node.lineno]))
     for first, last, indent, number in sorted(cuts, reverse=True):  # from the end: line numbers stay valid
-        stub = f"{indent}raise NotImplementedError({message or f'Exercise {number}: see ASSIGNMENTS.md'!r})\n"
+        stub = f"{indent}raise NotImplementedError({f'Exercise {number}: ' + (message or 'see ASSIGNMENTS.md')!r})\n"
         lines[first - 1 : last] = [stub]
     return "".join(lines)
 

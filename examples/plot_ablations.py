@@ -1,8 +1,8 @@
-"""A figure per ablation table, from the numbers examples/ablations.py wrote (OUT/TABLE.json): our STS-b test mean
+"""A figure per ablation table, from the numbers examples/ablations.py wrote (docs/ablations/TABLE.json): our STS-b test mean
 with a bar from the lowest to the highest seed for each arm, the chosen arm darker, and the paper's number where it
 gives one as a red mark on its own axis (its scale is bert-base's, ours bert-mini's: compare the orderings).
 
-    python examples/plot_ablations.py                       # every table in runs/ablations -> docs/ablations/TABLE.png
+    python examples/plot_ablations.py                       # every docs/ablations/TABLE.json -> docs/ablations/TABLE.png
     python examples/plot_ablations.py tsdae-ratio --out /tmp/figures
 
 matplotlib is optional (pip install matplotlib); without it this script says so and stops.
@@ -49,15 +49,17 @@ def plot(name: str, numbers: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("tables", nargs="*", help="table names (default: every TABLE.json in --runs)")
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "ablations", help="where ablations.py wrote its tables")
-    p.add_argument("--out", type=Path, default=ROOT / "docs" / "ablations", help="folder for the figures")
+    p.add_argument("tables", nargs="*", help="table names (default: every TABLE.json in --results)")
+    p.add_argument("--results", type=Path, default=ROOT / "docs" / "ablations",
+                   help="where ablations.py wrote its tables (its --results)")
+    p.add_argument("--out", type=Path, default=None, help="folder for the figures (default: --results)")
     args = p.parse_args(argv)
+    args.out = args.out or args.results
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise SystemExit("error: this script needs matplotlib (pip install matplotlib)") from None
-    files = [args.runs / f"{name}.json" for name in args.tables] or sorted(args.runs.glob("*.json"))
+    files = [args.results / f"{name}.json" for name in args.tables] or sorted(args.results.glob("*.json"))
     for path in files:
         if not path.is_file():
             raise SystemExit(f"error: {path} does not exist: run python examples/ablations.py {path.stem} first")

@@ -45,11 +45,12 @@ def speed_up_encoder(encoder: model.SentenceEncoder, device: torch.device) -> mo
 
 def speed_up_tsdae(objective: tsdae.TSDAELoss, device: torch.device) -> tsdae.TSDAELoss:
     """A tsdae.TSDAELoss (its forward is the plain one) whose encoder is a PackedBert and whose decoder is a
-    PackedDecoder; both look words up with SparseGradLookup (tied: one lookup module, as one embedding module)."""
+    PackedDecoder. The decoder looks words up with SparseGradLookup, whose rows VocabularyCrossEntropy's dense
+    gradient of the same matrix takes in; tied, the encoder shares that lookup module, as it shares the embedding
+    module. Untied, the encoder keeps its plain lookup: its word matrix would get sparse rows alone."""
     bert, decoder = objective.encoder.bert, objective.decoder
-    sparse = lambda embeddings: replaced(embeddings, word=SparseGradLookup(embeddings.word))
-    encoder_embeddings = sparse(bert.embeddings)
-    decoder_embeddings = encoder_embeddings if decoder.embeddings is bert.embeddings else sparse(decoder.embeddings)
+    decoder_embeddings = replaced(decoder.embeddings, word=SparseGradLookup(decoder.embeddings.word))
+    encoder_embeddings = decoder_embeddings if decoder.embeddings is bert.embeddings else bert.embeddings
     encoder = replaced(objective.encoder, bert=PackedBert.of(replaced(bert, embeddings=encoder_embeddings), device))
     return replaced(objective, encoder=encoder, decoder=PackedDecoder.of(decoder, decoder_embeddings, device))
 

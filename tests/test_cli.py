@@ -435,3 +435,13 @@ def test_a_failed_write_keeps_the_previous_checkpoint_and_model(tiny_model_dir, 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no half-written folder left
     tsdae_train.main(common + ["--steps", "4", "--resume"])  # and it resumes from there
     assert train.read_progress(tmp_path / "checkpoint").step == 4
+
+
+def test_torchs_own_not_implemented_error_is_a_traceback_not_an_unwritten_exercise():
+    """cli.run reads NotImplementedError as a student copy's blank exercise only when our code raised it."""
+    def main() -> int:
+        torch.linalg.vector_norm(torch.eye(2).to_sparse())  # an operation torch lacks for sparse tensors
+        return 0
+
+    with pytest.raises(NotImplementedError):
+        cli.run(main)

@@ -137,6 +137,15 @@ def test_untied_decoder_is_a_separate_copy(tiny_model_dir):
     torch.testing.assert_close(obj.decoder.embeddings.word.weight, obj.encoder.bert.embeddings.word.weight)
 
 
+def test_an_untied_run_trains_both_word_matrices(tiny_model_dir, small_corpus, tmp_path):
+    """--untie on the command line's (fast) path: the step clips and updates the encoder's own word matrix."""
+    tsdae_train.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
+                      "--untie", "--steps", "2", "--batch-size", "4", "--lr", "1e-3", "--save-every", "0"])
+    before = SentenceEncoder.from_pretrained(tiny_model_dir).bert.embeddings.word.weight
+    after = SentenceEncoder.from_pretrained(tmp_path / "model").bert.embeddings.word.weight
+    assert len(losses(tmp_path)) == 2 and not torch.equal(before, after)
+
+
 def test_a_step_changes_encoder_and_decoder_together(tiny_objective, small_corpus):
     sentences = read_corpus(small_corpus)
     ds = tsdae.DenoisingDataset(sentences, tiny_objective.encoder.tokenizer, 64)
