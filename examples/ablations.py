@@ -34,7 +34,7 @@ from lib.corpus import normalise_whitespace  # noqa: E402
 from lib.datafiles import load_stsb, read_nli, sts_corpus  # noqa: E402
 
 SEEDS = (0, 1, 2)
-COST = {"tsdae": 45, "consert": 42, "evaluate": 11}  # seconds of one command on 2 idle CPU cores, measured
+COST = {"tsdae": 51, "consert": 47, "evaluate": 13}  # seconds of one command on 2 idle CPU cores (medians, 2026-12-03)
 
 
 def tsdae_arm(noise: str = "delete", ratio: str = "0.6", pooling: str = "cls", untie: bool = False) -> list[str]:
