@@ -39,7 +39,8 @@ COST = {"tsdae": 51, "consert": 47, "evaluate": 13}  # seconds of one command on
 
 def tsdae_arm(noise: str = "delete", ratio: str = "0.6", pooling: str = "cls", untie: bool = False) -> list[str]:
     """The flags of a TSDAE arm: the paper's choices (app. A) unless told, 300 steps of 8 at lr 1e-4 (2,400
-    sentences, EXPERIMENTS.md section 3's miniature). The same settings give the same flags, so tables that share an arm share its run."""
+    sentences, EXPERIMENTS.md section 3's miniature). The same settings give the same flags, so tables that share
+    an arm share its run."""
     return ["--noise", noise, "--noise-ratio", ratio, "--pooling", pooling, *(["--untie"] if untie else []),
             "--steps", "300", "--batch-size", "8", "--lr", "1e-4"]
 
@@ -133,7 +134,7 @@ def make_parser() -> argparse.ArgumentParser:
                    help="the evaluation data folder (STS-b, STS12-16, SICK, nli/)")
     p.add_argument("--out", default="runs/ablations", help="the arms' run folders and the corpora")
     p.add_argument("--results", default="docs/ablations", help="the arms' scores, and the tables drawn from them")
-    p.add_argument("--dry-run", action="store_true", help="print every command and the cost estimate; run nothing")
+    p.add_argument("--dry-run", action="store_true", help="list every arm (done, or its commands) and the cost estimate; run nothing")
     p.add_argument("--summary", action="store_true", help="print the tables from the saved arms; run nothing")
     return p
 
