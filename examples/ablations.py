@@ -134,7 +134,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="the evaluation data folder (STS-b, STS12-16, SICK, nli/)")
     p.add_argument("--out", default="runs/ablations", help="the arms' run folders and the corpora")
     p.add_argument("--results", default="docs/ablations", help="the arms' scores, and the tables drawn from them")
-    p.add_argument("--dry-run", action="store_true", help="list every arm (done, or its commands) and the cost estimate; run nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list every arm (done, or its commands) and the cost estimate; run nothing")
     p.add_argument("--summary", action="store_true", help="print the tables from the saved arms; run nothing")
     return p
 

@@ -1,5 +1,5 @@
-"""A figure per ablation table, from the numbers examples/ablations.py wrote (docs/ablations/TABLE.json): our STS-b test mean
-with a bar from the lowest to the highest seed for each arm, the chosen arm darker, and the paper's number where it
+"""A figure per ablation table, from the numbers examples/ablations.py wrote (docs/ablations/TABLE.json): our STS-b
+test mean with a bar from the lowest to the highest seed for each arm, the chosen arm darker, and the paper's number where it
 gives one as a red mark on its own axis (its scale is bert-base's, ours bert-mini's: compare the orderings).
 
     python examples/plot_ablations.py                       # every docs/ablations/TABLE.json -> docs/ablations/TABLE.png
