@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,45 +191,69 @@ def read_scores(path: Path) -> tuple[float, float]:
     return result["details"]["stsb"]["dev"], result["stsb"]
 
 
-def judge(table: Table, name: str, ours: list[float]) -> str:
-    """The verdict on the paper's ordering of `name` against the chosen arm, from our per-seed differences
-    (chosen - arm, on STS-b test): the paper's own gap, or its stated ordering, gives the expected sign. A
-    difference within our spread where the paper's gap is smaller still is one the miniature cannot tell."""
+def judge(table: Table, name: str, differences: list[float]) -> str:
+    """The verdict on the paper's ordering of `name` against the chosen arm from our per-seed differences (chosen -
+    arm, on one split): the paper's own gap, or its stated ordering, gives the expected sign, and arms.verdict's
+    rule (docs/ablations.md) decides."""
     paper, chosen_paper = table.arms[name][1], table.arms[table.chosen][1]
     sign = (1 if chosen_paper > paper else -1) if paper is not None and chosen_paper is not None else \
         table.ordering.get(name, 0)
     if not sign:
         return "no ordering in the paper"
-    said = verdict([sign * d for d in ours])
-    spread = statistics.stdev(ours) if len(ours) > 1 else 0.0
-    gap = abs(chosen_paper - paper) if paper is not None and chosen_paper is not None else None
-    if said == "within the spread" and gap is not None and gap < spread:
-        return f"within the spread; the paper's gap ({gap:.2f}) is below our spread ({spread:.2f}): cannot tell"
-    return said
+    return verdict([sign * d for d in differences])
 
 
-def table_text(key: str, table: Table, results: dict[str, list[tuple[float, float]]]) -> tuple[str, dict]:
-    """The table as Markdown, and its numbers (for the figure)."""
+def table_text(key: str, table: Table, results: dict[str, list[tuple[float, float]]]) -> tuple[str, dict, dict]:
+    """The table as Markdown, its numbers (for the figure), and each arm's (dev, test) verdicts (for the summary).
+    Where the two splits' verdicts differ (holds, reversed, cannot tell), the test verdict says so."""
     chosen = results.get(table.chosen, [])
     lines = [f"**{key}**: {table.varied} ({table.source}; the paper's numbers: {table.metric}). Chosen: "
              f"{table.chosen}. STS-b Spearman x 100, mean ± sd over seeds {', '.join(map(str, SEEDS))}.", "",
-             "| arm | paper | ours: dev | ours: test | chosen - arm, test, per seed | verdict |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    numbers = {}
+             "| arm | paper | ours: dev | ours: test | chosen - arm, dev, per seed | verdict: dev "
+             "| chosen - arm, test, per seed | verdict: test |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    numbers, verdicts = {}, {}
     for name, (_, paper) in table.arms.items():
-        runs = results.get(name, [])
+        runs, shown = results.get(name, []), paper if paper is not None else ""
         if len(runs) < len(SEEDS) or len(chosen) < len(SEEDS):
-            lines.append(f"| {name} | {paper if paper is not None else ''} | (not all seeds done) | | | |")
+            lines.append(f"| {name} | {shown} | (not all seeds done) | | | | | |")
             continue
         dev, test = [d for d, _ in runs], [t for _, t in runs]
         numbers[name] = {"paper": paper, "dev": dev, "test": test}
         if name == table.chosen:
-            lines.append(f"| **{name}** | {paper if paper is not None else ''} | {mean_sd(dev)} | {mean_sd(test)} | | |")
+            lines.append(f"| **{name}** | {shown} | {mean_sd(dev)} | {mean_sd(test)} | | | | |")
             continue
-        differences = [c - t for (_, c), t in zip(chosen, test)]
-        lines.append(f"| {name} | {paper if paper is not None else ''} | {mean_sd(dev)} | {mean_sd(test)} | "
-                     f"{', '.join(f'{d:+.2f}' for d in differences)} | {judge(table, name, differences)} |")
-    return "\n".join(lines), numbers
+        cells = []
+        for split, ours in enumerate((dev, test)):
+            differences = [c[split] - o for c, o in zip(chosen, ours)]
+            cells.append((", ".join(f"{d:+.2f}" for d in differences), judge(table, name, differences)))
+        verdicts[name] = (cells[0][1], cells[1][1])
+        disagree = " (**differs from dev**)" if word(cells[0][1]) != word(cells[1][1]) else ""
+        lines.append(f"| {name} | {shown} | {mean_sd(dev)} | {mean_sd(test)} | {cells[0][0]} | {cells[0][1]} | "
+                     f"{cells[1][0]} | {cells[1][1]}{disagree} |")
+    return "\n".join(lines), numbers, verdicts
+
+
+def word(said: str) -> str:
+    """A verdict's word: holds, reversed or cannot tell (without its reason and p-value)."""
+    return said.split(":")[0].split(" (")[0]
+
+
+def summary_text(verdicts: dict[str, dict[str, tuple[str, str]]]) -> str:
+    """The tables' verdicts gathered, every arm of every table named once: on both splits alike, then where dev
+    and test disagree. It restates the rows; it explains nothing."""
+    groups: dict[str, list[str]] = {}
+    for key, arms in verdicts.items():
+        for name, (dev, test) in arms.items():
+            said = word(test) if word(dev) == word(test) else f"{word(dev)} on dev, {word(test)} on test"
+            groups.setdefault(said, []).append(f"{key} {name}")
+    order = ["holds", "reversed", "cannot tell"]
+    lines = [f"Of {sum(map(len, groups.values()))} arms against their table's chosen setting (the rule above, on "
+             "each split):", ""]
+    for said in sorted(groups, key=lambda g: (order.index(g) if g in order else len(order), g)):
+        label = f"{said} on dev and test" if said in order else f"dev and test disagree: {said}"
+        lines.append(f"- **{label}** ({len(groups[said])}): {', '.join(groups[said])}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,17 +283,22 @@ def main(argv: list[str] | None = None) -> int:
         run_plan(plan, COST, args.dry_run)
     if args.dry_run:
         return 0
+    verdicts = {}
     for key in keys:
         results = {}
         for seed in SEEDS:
             for name in TABLES[key].arms:
                 if files[(key, name, seed)].exists():
                     results.setdefault(name, []).append(read_scores(files[(key, name, seed)]))
-        text, numbers = table_text(key, TABLES[key], results)
+        text, numbers, verdicts[key] = table_text(key, TABLES[key], results)
         print(text + "\n")
         results_dir.mkdir(parents=True, exist_ok=True)
         (results_dir / f"{key}.md").write_text(text + "\n", encoding="utf-8")
         (results_dir / f"{key}.json").write_text(json.dumps({"chosen": TABLES[key].chosen, "arms": numbers}, indent=1))
+    if args.table == "all":
+        text = summary_text(verdicts)
+        print(text)
+        (results_dir / "summary.md").write_text(text + "\n", encoding="utf-8")
     return 0
 
 

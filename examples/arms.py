@@ -4,16 +4,19 @@ half-way resumes from its checkpoint; --dry-run prints the commands, --summary o
 
   training        a training command that resumes a stopped run, else starts afresh
   run_plan        the cost estimate, then every command (or, with --dry-run, every command printed)
-  mean_sd, verdict   a seed band, and what the per-seed differences say
+  mean_sd, verdict   a seed band, and what the per-seed differences say (the rule: MIN_EFFECT, ALPHA)
 """
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from scipy import stats
 
 
 def training(script: str, folder: Path, flags: list[str]) -> list[str]:
@@ -41,14 +44,43 @@ def mean_sd(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
 
 
+# The verdict rule, the same for every table (docs/ablations.md, "How to read a verdict").
+MIN_EFFECT = 1.0  # points of Spearman x 100: a smaller mean difference is no effect, however steady the seeds
+ALPHA = 0.05  # the two-sided level of the paired t-test over seeds
+MAX_SEEDS = 30  # the most seeds the projection of "needs more seeds" considers
+
+
+def paired_p(differences: list[float]) -> float:
+    """The two-sided p-value of a paired t-test over seeds: t = mean / (sd / sqrt(n)), n - 1 degrees of freedom."""
+    mean, sd = statistics.mean(differences), statistics.stdev(differences)
+    if sd == 0:
+        return 0.0 if mean else 1.0
+    return float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(len(differences))), df=len(differences) - 1))
+
+
+def seeds_needed(differences: list[float]) -> int | None:
+    """The fewest seeds at which the paired t-test would reach ALPHA if the mean and sd stayed as they are (a
+    projection, not a promise); None beyond MAX_SEEDS."""
+    mean, sd = statistics.mean(differences), statistics.stdev(differences)
+    for n in range(len(differences) + 1, MAX_SEEDS + 1):
+        if abs(mean) / (sd / math.sqrt(n)) > stats.t.ppf(1 - ALPHA / 2, df=n - 1):
+            return n
+    return None
+
+
 def verdict(differences: list[float]) -> str:
-    """What per-seed differences (a - b, one per seed) say of "a is better than b": it holds beyond the seed spread
-    when every seed's difference is positive and their mean exceeds their standard deviation; it is reversed when
-    the same holds below 0; otherwise the difference lies within the spread."""
-    mean = statistics.mean(differences)
-    sd = statistics.stdev(differences) if len(differences) > 1 else 0.0
-    if all(d > 0 for d in differences) and mean > sd:
-        return "holds"
-    if all(d < 0 for d in differences) and -mean > sd:
-        return "reversed"
-    return "within the spread"
+    """What per-seed differences (a - b, one per seed, Spearman x 100) say of "a is better than b":
+    holds        the mean is at least MIN_EFFECT above 0 and a paired t-test over the seeds gives p < ALPHA;
+    reversed     the same, below 0;
+    cannot tell  the mean is within MIN_EFFECT of 0 ("below the minimum effect": more seeds would not make it an
+                 effect), or p >= ALPHA ("needs N seeds": where the test would decide at this mean and sd)."""
+    if len(differences) < 2:
+        return "cannot tell: needs more seeds"
+    mean, p = statistics.mean(differences), paired_p(differences)
+    shown = f"p {p:.3f}" if p >= 0.001 else "p < 0.001"
+    if abs(mean) < MIN_EFFECT:
+        return f"cannot tell: below the minimum effect ({shown})"
+    if p < ALPHA:
+        return f"{'holds' if mean > 0 else 'reversed'} ({shown})"
+    n = seeds_needed(differences)
+    return f"cannot tell: needs {f'~{n}' if n else f'over {MAX_SEEDS}'} seeds ({shown})"
