@@ -2,20 +2,24 @@
 labelled training than continued masked-language modelling (MLM) on the same text, or than nothing?
 
     raw bert-mini --{none | MLM | TSDAE}, the same unlabelled sentences, the same steps-->
-                  --CoSENT on k STS-b train pairs, k in {100, 1000, all}--> STS-b test Spearman, seeds 0, 1, 2
+                  --CoSENT on k STS-b train pairs, k in {100, 1000, all}--> STS-b test Spearman, seeds 0-4
 
 The unlabelled sentences are the STS12-16, STS-b and SICK sentences (lib.datafiles.sts_corpus) without any STS-b
 dev or test sentence: the scored sentences stay unseen by every step. The paper fine-tunes on its domain tasks
 (AskUbuntu, CQADupStack, TwitterPara, SciDocs); this is the same regime on the data here, not its numbers.
 Fine-tuning and evaluation pool by the mean in every arm (TSDAE pre-trains with mean pooling too; app. A, tab. 7
-finds mean and CLS equal), so the arms differ only in what pre-training did to the weights.
+finds mean and CLS equal), so the arms differ only in what pre-training did to the weights. Each pre-training
+has its own learning rate: MLM the paper's for its MLM baseline (5e-5, §5.2), TSDAE the miniature's 1e-4
+(examples/EXPERIMENTS.md section 1: at the paper's 3e-5, 1000 steps score below 516 steps at 1e-4).
 
     python examples/pretraining_claim.py --dry-run          # every command, and the cost estimate
     python examples/pretraining_claim.py                    # run what is not done yet (resumable), then the table
-    python examples/pretraining_claim.py --summary          # the table from the saved run folders, no training
+    python examples/pretraining_claim.py --summary          # the table from the saved scores, no training
 
-Each arm is a run folder under --out; an arm whose folder holds its result is never run again, and an arm
-stopped half-way resumes from its checkpoint. The table goes to stdout and OUT/table.md.
+Each arm is a run folder under --out (the weights; not kept in git) and a scores file under --results
+(RESULTS/scores/ARM-sSEED.json, kept in git: a fresh clone rebuilds the table from them); an arm whose scores file
+exists is never run again, and an arm stopped half-way resumes from its checkpoint. The table goes to stdout and
+RESULTS/table.md; the verdicts follow examples/arms.py's rule (docs/ablations.md, "How to read a verdict").
 """
 from __future__ import annotations
 
@@ -47,15 +51,19 @@ def make_parser() -> argparse.ArgumentParser:
                    help="the raw masked-LM checkpoint every arm starts from")
     p.add_argument("--data", default=os.environ.get("EVAL_DATA_DIR") or str(ROOT / "data"),
                    help="the evaluation data folder (STS12-16, STS-b, SICK)")
-    p.add_argument("--out", default="runs/claim", help="the arms' run folders, the corpus and the table")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of every arm")
+    p.add_argument("--out", default="runs/claim", help="the arms' run folders and the corpus")
+    p.add_argument("--results", default="docs/pretraining_claim", help="the arms' scores, and the table drawn from them")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="seeds of every arm")
     p.add_argument("--steps", type=int, default=2000, help="pre-training steps of 8 sentences (MLM and TSDAE alike)")
-    p.add_argument("--pretrain-lr", type=float, default=1e-4, help="pre-training learning rate (MLM and TSDAE alike)")
+    p.add_argument("--mlm-lr", type=float, default=5e-5,
+                   help="MLM's pre-training learning rate: the paper's MLM baseline (arXiv:2104.06979 §5.2)")
+    p.add_argument("--tsdae-lr", type=float, default=1e-4,
+                   help="TSDAE's pre-training learning rate: the miniature's (the paper's 3e-5 is for 100K steps)")
     p.add_argument("--lr", type=float, default=5e-5,
                    help="fine-tuning learning rate: the top of BERT's grid (arXiv:1810.04805 §A.3) for a 4-layer model; "
                         "2e-5 gave 49.52 against 55.48 on STS-b test without pre-training, k = all, seed 0")
     p.add_argument("--dry-run", action="store_true", help="print every command and the cost estimate; run nothing")
-    p.add_argument("--summary", action="store_true", help="print the table from the saved arms; run nothing")
+    p.add_argument("--summary", action="store_true", help="print the table from the saved scores; run nothing")
     return p
 
 
@@ -82,23 +90,32 @@ def prepare_data(data: Path, out: Path) -> tuple[Path, Path]:
     return corpus, labelled
 
 
+def pretrained(method: str, args: argparse.Namespace) -> str:
+    """The name of a pre-training and its settings ("none", "mlm-lr5e-05-steps2000", ...): a run with other
+    settings is another arm, with other files."""
+    lr = {"mlm": args.mlm_lr, "tsdae": args.tsdae_lr}.get(method)
+    return method if lr is None else f"{method}-lr{lr:g}-steps{args.steps}"
+
+
 def pretraining(method: str, seed: int, corpus: Path, args: argparse.Namespace) -> tuple[Path, list[tuple[str, list[str]]]]:
     """(the model the fine-tuning starts from, the (kind, command) that makes it)."""
     if method == "none":
         return Path(args.model), []
-    folder = Path(args.out) / f"{method}-s{seed}"
+    folder = Path(args.out) / f"{pretrained(method, args)}-s{seed}"
     script = "tsdae.py" if method == "tsdae" else "baselines/mlm.py"
+    lr = args.tsdae_lr if method == "tsdae" else args.mlm_lr
     pooling = ["--pooling", "mean"] if method == "tsdae" else []
     flags = ["--corpus", str(corpus), "--model", args.model, "--steps", str(args.steps), "--batch-size", "8",
-             "--lr", str(args.pretrain_lr), "--seed", str(seed), *pooling]
+             "--lr", str(lr), "--seed", str(seed), *pooling]
     return folder / "model", [] if train.finished(folder) else [("pretrain", training(script, folder, flags))]
 
 
 def fine_tuning(method: str, k: str, seed: int, start: Path, labelled: Path,
                 args: argparse.Namespace) -> tuple[Path, list[tuple[str, list[str]]]]:
     """(the scores file of the arm, the (kind, command)s that make it: fine-tune, then STS-b test)."""
-    folder = Path(args.out) / f"ft-{method}-k{k}-s{seed}"
-    scores = folder / "scores.json"
+    arm = f"{pretrained(method, args)}-k{k}-lr{args.lr:g}"
+    folder = Path(args.out) / f"ft-{arm}-s{seed}"
+    scores = Path(args.results) / "scores" / f"{arm}-s{seed}.json"
     if scores.exists():
         return scores, []
     sample = ["--sample", str(SIZES[k])] if SIZES[k] else []
@@ -130,10 +147,20 @@ def table(results: dict[tuple[str, str], list[float]], seeds: list[int]) -> str:
     return "\n".join(lines)
 
 
+def missing(results_files: dict[tuple[str, str, int], Path]) -> str:
+    """The arms without a scores file, one line: each arm and its missing seeds."""
+    absent: dict[str, list[str]] = {}
+    arms = sorted(results_files.items(), key=lambda item: (PRETRAININGS.index(item[0][0]), list(SIZES).index(item[0][1])))
+    for (_, _, seed), scores in arms:
+        if not scores.exists():
+            absent.setdefault(scores.name.rsplit("-s", 1)[0], []).append(str(seed))
+    return "; ".join(f"{arm} seeds {', '.join(seeds)}" for arm, seeds in absent.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     os.chdir(ROOT)
-    out = Path(args.out)
+    out, results_dir = Path(args.out), Path(args.results)
     corpus, labelled = (out / "corpus.txt", out / "stsb_train.tsv") if args.dry_run or args.summary else \
         prepare_data(Path(args.data), out)
     plan, results_files = [], {}
@@ -154,11 +181,19 @@ def main(argv: list[str] | None = None) -> int:
     for (method, k, seed), scores in results_files.items():
         if scores.exists():
             results.setdefault((method, k), []).append(json.loads(scores.read_text())["stsb"])
+    if not results:
+        print(f"no scores yet in {results_dir / 'scores'}: all {len(results_files)} are missing ({len(PRETRAININGS)} "
+              f"pre-trainings x {len(SIZES)} sizes k x {len(args.seeds)} seeds); python examples/pretraining_claim.py "
+              "makes them (--dry-run: its commands and cost)")
+        return 0
     text = (f"STS-b test Spearman x 100, mean ± sd over seeds {', '.join(map(str, args.seeds))} "
-            f"({args.steps} pre-training steps of 8 sentences; fine-tuning lr {args.lr:g}):\n\n"
-            + table(results, args.seeds))
+            f"({args.steps} pre-training steps of 8 sentences at lr {args.mlm_lr:g} (MLM) and {args.tsdae_lr:g} "
+            f"(TSDAE); fine-tuning lr {args.lr:g}):\n\n" + table(results, args.seeds))
     print(text)
-    (out / "table.md").write_text(text + "\n", encoding="utf-8")
+    if len(results) < len(PRETRAININGS) * len(SIZES) or any(len(r) < len(args.seeds) for r in results.values()):
+        print(f"not done yet: {missing(results_files)}")
+    results_dir.mkdir(parents=True, exist_ok=True)
+    (results_dir / "table.md").write_text(text + "\n", encoding="utf-8")
     return 0
 
 

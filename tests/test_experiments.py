@@ -24,35 +24,66 @@ def dry_run(script: str, *argv) -> list[str]:
 
 @pytest.mark.quick
 def test_verdicts():
-    assert arms.verdict([1.0, 2.0, 1.5]) == "holds"
-    assert arms.verdict([-1.0, -2.0, -1.5]) == "reversed"
-    assert arms.verdict([1.0, -0.5, 2.0]) == "within the spread"  # one seed the other way
-    assert arms.verdict([0.1, 3.0, 0.2]) == "within the spread"  # all positive, but the mean is below the sd
+    """The rule: a mean of at least 1 point and p < 0.05 in a paired t-test over seeds; else cannot tell, why."""
+    assert arms.verdict([1.0, 2.0, 1.5]) == "holds (p 0.035)"  # t = 1.5 / (0.5 / sqrt 3) = 5.2 > 4.30
+    assert arms.verdict([-1.0, -2.0, -1.5]) == "reversed (p 0.035)"
+    # every seed agrees and the mean is above the sd (the old rule's "holds"), but t = 2.6 < 4.30 (2 df)
+    assert arms.verdict([3.0, 1.0, 5.0]) == "cannot tell: needs ~5 seeds (p 0.122)"
+    # steady seeds, p < 0.001, but a fifth of a point: no effect, and more seeds would not make one
+    assert arms.verdict([0.19, 0.20, 0.20]) == "cannot tell: below the minimum effect (p < 0.001)"
+    assert arms.verdict([2.0, 40.0, -36.0]).startswith("cannot tell: needs over 30 seeds")
+    assert arms.verdict([2.0]) == "cannot tell: needs more seeds"
     assert arms.mean_sd([1.0, 2.0, 3.0]) == "2.00 ± 1.00"
 
 
 def test_the_claim_lists_every_arm(tmp_path):
-    lines = dry_run("pretraining_claim.py", "--out", str(tmp_path / "claim"))
+    lines = dry_run("pretraining_claim.py", "--out", str(tmp_path / "claim"), "--results", str(tmp_path / "results"))
     commands = lines[1:]
-    assert lines[0].startswith("60 commands to run")
-    assert sum("baselines/mlm.py" in c for c in commands) == 3 and sum(c.startswith("python tsdae.py") for c in commands) == 3
-    assert sum("finetune.py" in c for c in commands) == 27 and sum("evaluate.py" in c for c in commands) == 27
-    assert sum("--sample 100 " in c for c in commands) == 9 and sum("--sample 1000 " in c for c in commands) == 9
+    assert lines[0].startswith("100 commands to run")  # seeds 0-4
+    mlm = [c for c in commands if "baselines/mlm.py" in c]
+    assert len(mlm) == 5 and all("--lr 5e-05 " in c for c in mlm)  # the paper's MLM lr (§5.2)
+    assert sum(c.startswith("python tsdae.py") and "--lr 0.0001 " in c for c in commands) == 5
+    assert sum("finetune.py" in c for c in commands) == 45 and sum("evaluate.py" in c for c in commands) == 45
+    assert sum("--sample 100 " in c for c in commands) == 15 and sum("--sample 1000 " in c for c in commands) == 15
+    assert all(c.split("--json ")[1].startswith(str(tmp_path / "results" / "scores")) for c in commands if "evaluate.py" in c)
 
 
-def test_the_claim_table_from_saved_scores(tmp_path, monkeypatch):
-    """--summary: the table and the per-seed differences from scores.json files alone, nothing trained."""
-    out = tmp_path / "claim"
+def test_the_claim_table_from_saved_scores(tmp_path):
+    """--summary: the table and the per-seed differences from the scores files alone, nothing trained."""
+    results = tmp_path / "results"
+    argv = ["--out", str(tmp_path / "claim"), "--results", str(results), "--seeds", "0", "1", "2"]
     score = {"none": 50.0, "mlm": 52.0, "tsdae": 53.0}
-    for method in pretraining_claim.PRETRAININGS:
-        for k in pretraining_claim.SIZES:
-            for seed in (0, 1, 2):
-                folder = out / f"ft-{method}-k{k}-s{seed}"
-                folder.mkdir(parents=True)
-                (folder / "scores.json").write_text(json.dumps({"stsb": score[method] + seed * (method == "tsdae")}))
-    pretraining_claim.main(["--out", str(out), "--summary"])
-    table = (out / "table.md").read_text()
-    assert "| all | 50.00 ± 0.00 | 52.00 ± 0.00 | 54.00 ± 1.00 | +1.00, +2.00, +3.00 | holds |" in table
+    for seed in (0, 1, 2):
+        for method in pretraining_claim.PRETRAININGS:
+            start, _ = pretraining_claim.pretraining(method, seed, Path("corpus.txt"),
+                                                     pretraining_claim.make_parser().parse_args(argv))
+            for k in pretraining_claim.SIZES:
+                scores, _ = pretraining_claim.fine_tuning(method, k, seed, start, Path("pairs.tsv"),
+                                                          pretraining_claim.make_parser().parse_args(argv))
+                scores.parent.mkdir(parents=True, exist_ok=True)
+                scores.write_text(json.dumps({"stsb": score[method] + seed * (method == "tsdae") * (k == "all")}))
+    pretraining_claim.main([*argv, "--summary"])
+    table = (results / "table.md").read_text()
+    assert "| all | 50.00 ± 0.00 | 52.00 ± 0.00 | 54.00 ± 1.00 | +1.00, +2.00, +3.00 | cannot tell: needs ~4 seeds " \
+           "(p 0.074) | +3.00, +4.00, +5.00 | holds (p 0.020) |" in table
+    assert "(TSDAE); fine-tuning lr 5e-05)" in table and "at lr 5e-05 (MLM) and 0.0001 (TSDAE)" in table
+
+
+def test_the_claim_summary_says_what_is_missing(tmp_path):
+    """In a fresh clone (no scores yet) --summary ends at once, in one line saying what is missing, and writes
+    nothing; with some scores, the table and a line naming the arms still to run."""
+    command = [sys.executable, "examples/pretraining_claim.py", "--summary", "--results", str(tmp_path / "results")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout == (f"no scores yet in {tmp_path / 'results' / 'scores'}: all 45 are missing (3 pre-trainings "
+                             "x 3 sizes k x 5 seeds); python examples/pretraining_claim.py makes them (--dry-run: its "
+                             "commands and cost)\n")
+    assert not (tmp_path / "results").exists()
+    (tmp_path / "results" / "scores").mkdir(parents=True)
+    (tmp_path / "results" / "scores" / "none-k100-lr5e-05-s0.json").write_text(json.dumps({"stsb": 40.0}))
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0 and "| 100 | (not all arms done) |" in result.stdout
+    assert "not done yet: none-k100-lr5e-05 seeds 1, 2, 3, 4; none-k1000-lr5e-05 seeds 0, 1, 2, 3, 4;" in result.stdout
 
 
 def test_the_ablations_list_every_arm_once(tmp_path):
@@ -83,25 +114,30 @@ def test_a_dry_run_piped_into_head_ends_without_a_traceback(tmp_path):
 
 
 def test_an_ablation_table_from_saved_scores(tmp_path):
-    """--summary of tsdae-ratio: the paper's numbers beside ours, the per-seed differences from the chosen arm, and
-    the verdicts, including "cannot tell" where the paper's gap is below our spread."""
+    """--summary of tsdae-ratio: the paper's numbers beside ours, the per-seed differences from the chosen arm on
+    dev and on test, the verdicts of each split by the rule, and the rows where the splits disagree marked."""
     out, argv = tmp_path / "results", ["tsdae-ratio", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
     table = ablations.TABLES["tsdae-ratio"]
     ours = {"0.1": [40.0, 44.0, 36.0], "0.3": [45.0, 40.0, 47.0], "0.6": [45.0, 46.0, 47.0], "0.8": [46.0, 47.5, 48.0],
             "0.9": [30.0, 31.0, 35.0]}
+    dev = {"0.1": [40.0, 44.0, 36.0], "0.3": [45.0, 40.0, 47.0], "0.6": [45.0, 46.0, 47.0], "0.8": [46.0, 47.5, 48.0],
+           "0.9": [44.5, 45.0, 46.0]}  # 0.9: 0.5 to 1 point below 0.6 on dev, 12 to 15 on test
     for name, (flags, _) in table.arms.items():
-        for seed, test in zip(ablations.SEEDS, ours[name]):
+        for seed, test, d in zip(ablations.SEEDS, ours[name], dev[name]):
             scores, _ = ablations.arm_commands(table, name, seed, Path("corpus.txt"),
                                                ablations.make_parser().parse_args(argv))
             scores.parent.mkdir(parents=True, exist_ok=True)
-            scores.write_text(json.dumps({"stsb": test, "details": {"stsb": {"dev": test + 10}}}))
+            scores.write_text(json.dumps({"stsb": test, "details": {"stsb": {"dev": d}}}))
     ablations.main([*argv, "--summary"])
     text = (out / "tsdae-ratio.md").read_text()
-    assert "| **0.6** | 78.77 | 56.00 ± 1.00 | 46.00 ± 1.00 | | |" in text
-    assert "| 0.1 | 77.81 | 50.00 ± 4.00 | 40.00 ± 4.00 | +5.00, +2.00, +11.00 | holds |" in text  # told, though the gap is small
-    assert "| 0.9 | 75.67 | 42.00 ± 2.65 | 32.00 ± 2.65 | +15.00, +15.00, +12.00 | holds |" in text
-    assert "| 0.8 | 77.69 | 57.17 ± 1.04 | 47.17 ± 1.04 | -1.00, -1.50, -1.00 | reversed |" in text
-    assert "+0.00, +6.00, +0.00 | within the spread; the paper's gap (1.02) is below our spread (3.46): cannot tell |" in text
+    assert "| **0.6** | 78.77 | 46.00 ± 1.00 | 46.00 ± 1.00 | | | | |" in text
+    # every seed in the paper's order, mean 6 > sd 4.6 (the old rule's "holds"), but t = 2.3: p 0.15 (scipy.stats.ttest_1samp)
+    assert "| 0.1 | 77.81 | 40.00 ± 4.00 | 40.00 ± 4.00 | +5.00, +2.00, +11.00 | cannot tell: needs ~5 seeds (p 0.151) |" \
+           in text
+    assert ("| 0.9 | 75.67 | 45.17 ± 0.76 | 32.00 ± 2.65 | +0.50, +1.00, +1.00 | cannot tell: below the minimum effect "
+            "(p 0.038) | +15.00, +15.00, +12.00 | holds (p 0.005) (**differs from dev**) |") in text
+    assert "| -1.00, -1.50, -1.00 | reversed (p 0.020) | -1.00, -1.50, -1.00 | reversed (p 0.020) |" in text  # 0.8
+    assert "| +0.00, +6.00, +0.00 | cannot tell: needs ~15 seeds (p 0.423) |" in text  # 0.3
     assert json.loads((out / "tsdae-ratio.json").read_text())["arms"]["0.9"]["test"] == [30.0, 31.0, 35.0]
 
 
