@@ -241,18 +241,29 @@ def word(said: str) -> str:
 
 def summary_text(verdicts: dict[str, dict[str, tuple[str, str]]]) -> str:
     """The tables' verdicts gathered, every arm of every table named once: on both splits alike, then where dev
-    and test disagree. It restates the rows; it explains nothing."""
+    and test disagree; then which of the undecided ones more seeds could decide. It restates the rows; it explains
+    nothing."""
     groups: dict[str, list[str]] = {}
+    seeds, small = [], []
     for key, arms in verdicts.items():
         for name, (dev, test) in arms.items():
             said = word(test) if word(dev) == word(test) else f"{word(dev)} on dev, {word(test)} on test"
             groups.setdefault(said, []).append(f"{key} {name}")
+            needs = [f"{split} {v.split('needs ')[1].split(' (')[0]}" for split, v in (("dev", dev), ("test", test))
+                     if "needs" in v]
+            if needs:
+                seeds.append(f"{key} {name} ({', '.join(needs)})")
+            if all("below the minimum effect" in v for v in (dev, test)):
+                small.append(f"{key} {name}")
     order = ["holds", "reversed", "cannot tell"]
     lines = [f"Of {sum(map(len, groups.values()))} arms against their table's chosen setting (the rule above, on "
              "each split):", ""]
     for said in sorted(groups, key=lambda g: (order.index(g) if g in order else len(order), g)):
         label = f"{said} on dev and test" if said in order else f"dev and test disagree: {said}"
         lines.append(f"- **{label}** ({len(groups[said])}): {', '.join(groups[said])}")
+    lines += ["", f"Undecided with a mean of at least the minimum effect, where more seeds could decide (the rule's "
+              f"projection, per split): {', '.join(seeds) or 'none'}. Below the minimum effect on both splits (no "
+              f"verdict unless more seeds move the mean itself past it): {', '.join(small) or 'none'}."]
     return "\n".join(lines)
 
 

@@ -1,0 +1,84 @@
+"""Every published table comes from the result files in git: each experiment's --summary rebuilds its tables from
+those files alone, byte for byte as they are committed and as the documents quote them, and the verdicts in them
+follow the rule docs/ablations.md writes down (here recomputed with scipy, apart from examples/arms.py)."""
+import json
+import re
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+from scipy import stats
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+
+import ablations  # noqa: E402
+import pretraining_claim  # noqa: E402
+
+ABLATIONS = ROOT / "docs" / "ablations"
+
+
+def test_the_ablation_tables_regenerate_from_their_scores(tmp_path, capsys):
+    """`ablations.py all --summary` on the committed scores writes every committed table, its numbers and the
+    summary again to the byte, and docs/ablations.md quotes each table and the summary whole."""
+    shutil.copytree(ABLATIONS / "scores", tmp_path / "scores")
+    ablations.main(["all", "--summary", "--results", str(tmp_path), "--out", str(tmp_path / "runs")])
+    capsys.readouterr()
+    written = sorted(p.name for p in tmp_path.iterdir() if p.suffix in (".md", ".json"))
+    assert written == sorted(p.name for p in ABLATIONS.iterdir() if p.suffix in (".md", ".json"))
+    document = (ROOT / "docs" / "ablations.md").read_text(encoding="utf-8")
+    for name in written:
+        assert (tmp_path / name).read_bytes() == (ABLATIONS / name).read_bytes(), f"docs/ablations/{name} is stale"
+        if name.endswith(".md"):
+            assert (tmp_path / name).read_text(encoding="utf-8").rstrip("\n") in document, \
+                f"docs/ablations.md does not quote docs/ablations/{name} as generated"
+
+
+def test_the_verdicts_follow_the_written_rule():
+    """docs/ablations.md's rule, applied to the scores files with scipy: holds (or reversed) when the mean of the
+    per-seed differences is at least 1 point in the paper's direction (or against it) and a two-sided paired t-test
+    over the seeds gives p < 0.05; otherwise cannot tell. Every row of every table, dev and test."""
+    document = (ROOT / "docs" / "ablations.md").read_text(encoding="utf-8")
+    assert "at least 1 point" in document and "p < 0.05" in document  # the rule as the document writes it
+    args = ablations.make_parser().parse_args(["all", "--results", str(ABLATIONS)])
+    checked = 0
+    for key, table in ablations.TABLES.items():
+        def scores(name: str) -> list[dict]:
+            files = [ablations.arm_commands(table, name, seed, Path("corpus.txt"), args)[0] for seed in ablations.SEEDS]
+            return [json.loads(f.read_text()) for f in files]
+
+        chosen = scores(table.chosen)
+        for name, (_, paper) in table.arms.items():
+            if name == table.chosen:
+                continue
+            row = re.search(rf"^\| {re.escape(name)} \|.*\|$", document.split(f"**{key}**:")[1], re.M).group(0)
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            chosen_paper = table.arms[table.chosen][1]
+            sign = (1 if chosen_paper > paper else -1) if paper is not None else table.ordering[name]
+            arm = scores(name)
+            for split, said in (("dev", cells[5]), ("test", cells[7])):
+                a = [s["details"]["stsb"]["dev"] if split == "dev" else s["stsb"] for s in chosen]
+                b = [s["details"]["stsb"]["dev"] if split == "dev" else s["stsb"] for s in arm]
+                mean = sign * statistics.mean(x - y for x, y in zip(a, b))
+                p = stats.ttest_rel(a, b).pvalue
+                expected = "cannot tell" if abs(mean) < 1 or p >= 0.05 else "holds" if mean > 0 else "reversed"
+                assert said.startswith(expected), f"{key} {name} {split}: {said}, the rule says {expected}"
+                assert f"p {p:.3f}" in said or (p < 0.001 and "p < 0.001" in said), f"{key} {name} {split}: {said}"
+                if expected == "cannot tell":
+                    assert ("below the minimum effect" in said) == (abs(mean) < 1), f"{key} {name} {split}: {said}"
+                checked += 1
+    assert checked == 2 * sum(len(t.arms) - 1 for t in ablations.TABLES.values())
+
+
+def test_the_claim_table_regenerates_from_its_scores(tmp_path, capsys):
+    """pretraining_claim.py --summary from the committed scores gives the committed table; with no scores in git
+    (the claim not yet rerun) no table is published either."""
+    published = ROOT / "docs" / "pretraining_claim"
+    if not (published / "scores").is_dir():
+        assert not (published / "table.md").exists(), "a published claim table without its scores in git"
+        return
+    shutil.copytree(published / "scores", tmp_path / "scores")
+    pretraining_claim.main(["--summary", "--results", str(tmp_path), "--out", str(tmp_path / "runs")])
+    capsys.readouterr()
+    assert (tmp_path / "table.md").read_bytes() == (published / "table.md").read_bytes()
