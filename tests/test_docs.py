@@ -14,6 +14,8 @@ What a document may write, and how it is read:
                   and its make_parser() (or the module it hands over to with runpy.run_module: tsdae.py ->
                   tsdae_train) parses ARGS, through the module's parse_args when it has one (its range checks too).
                   `python -c CODE` runs CODE's imports only.
+  names           `inline code` naming this repository's module.attribute (train.HeldOut, lib.corpus.hold_out)
+                  must resolve, and a path into one of its folders (lib/download.py, tests/test_useb.py) must exist.
   placeholders    `[--flag X]` is given, `a|b` is a; a one-letter capital (N, B) is the number 2; other capitals
                   (DIR, FILE, MINI, $MINI) are strings, as argparse takes them; a command with `...` in it is
                   elided: only its flags are checked to exist. A capitalised script (X.py) and a module that is not
@@ -30,8 +32,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+import torch
 
 from conftest import DATA_DIR
 
@@ -86,20 +90,23 @@ PYTHON_BLOCKS = [b for doc in DOCS for b in blocks(doc)[0] if b.language == "pyt
 def tsdae_topics_run(tmp_path_factory, tiny_model_dir) -> Path:
     out = tmp_path_factory.mktemp("runs") / "tsdae-topics"
     result = subprocess.run([sys.executable, *TSDAE_RUN, "--model", str(tiny_model_dir), "--out", str(out)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "2"})
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, f"the documents' TSDAE run failed: {' '.join(TSDAE_RUN)}\n{result.stderr[-2000:]}"
     return out
 
 
 @pytest.fixture
-def learner_clone(tmp_path, tsdae_topics_run, monkeypatch) -> Path:
+def learner_clone(tmp_path, tsdae_topics_run, monkeypatch) -> Iterator[Path]:
     """The working directory of a block: a clone after the README's commands, in a folder of its own."""
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     (tmp_path / "data").symlink_to(DATA_DIR)
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "tsdae-topics").symlink_to(tsdae_topics_run)
     monkeypatch.chdir(tmp_path)
-    return tmp_path
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the tiny model's small matrices: 13x faster than 2 threads on a busy 2-core machine
+    yield tmp_path
+    torch.set_num_threads(threads)
 
 
 def shrunk(block: Block) -> str:
@@ -303,3 +310,51 @@ def test_the_documents_have_blocks_and_commands():
     assert {c.where.split(":")[0] for c in COMMANDS} >= {"README.md", "LABS.md", "ASSIGNMENTS.md", "bench/README.md"}
     readme = {c.where: c for c in COMMANDS if c.where.startswith("README.md")}
     assert any(c.script == "tsdae.py" and "--corpus" in c.args for c in readme.values())
+
+
+# ----------------------------------------------------------------------------
+# The names
+
+PACKAGES = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file())  # lib, speedups, ...
+MODULES = sorted(p.stem for p in ROOT.glob("*.py"))  # train, evaluate, ...
+FOLDERS = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith("."))
+FILE_TYPES = ("py", "sh", "md", "txt", "tsv", "json", "jsonl", "csv", "png", "zip", "gz", "yaml", "toml")
+
+
+def names_in(doc: str) -> list[tuple[int, str]]:
+    """(line, name) for each module.attribute of this repository and each path into its folders, in `inline
+    code` and in the python blocks."""
+    found, prose = blocks(doc)
+    texts = [(0, prose)] + [(b.line - 1, b.code) for b in found if b.language == "python"]
+    module = r"(?:(?:{})\.\w+|{})".format("|".join(PACKAGES), "|".join(MODULES))
+    names = []
+    for offset, text in texts:
+        for span in re.finditer(r"`[^`]+`" if offset == 0 else r"[^\n]+", text):
+            line = offset + text.count("\n", 0, span.start()) + 1
+            for name in re.findall(rf"(?<![\w./-])({module}(?:\.\w+)+|(?:{'|'.join(FOLDERS)})/[\w./-]*\w)", span.group(0)):
+                if name.rsplit(".", 1)[-1] not in FILE_TYPES or "/" in name:
+                    names.append((line, name))
+    return names
+
+
+def missing(name: str) -> bool:
+    if "/" in name:
+        return not (ROOT / name).exists()
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[i:]:
+            if not hasattr(obj, attribute):
+                return True
+            obj = getattr(obj, attribute)
+        return False
+    return True
+
+
+@pytest.mark.parametrize("doc", COMMAND_DOCS)
+def test_named_code_exists(doc):
+    gone = [f"{doc}:{line}: {name}" for line, name in names_in(doc) if missing(name)]
+    assert not gone, "the documents name what is not in the repository:\n" + "\n".join(gone)
