@@ -27,14 +27,18 @@ def label_agreement(scores: torch.Tensor, labels: list[str], k: int) -> float:
     return sum(same) / len(same)
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="model folder or Hub id (default: the shipped all-MiniLM-L6-v2)")
     p.add_argument("--corpus", required=True, help="sentences to search, one per line")
     p.add_argument("--labels", default=None, help="one label per corpus line (e.g. its topic): report label agreement")
     p.add_argument("--queries", nargs="*", default=None, help="sentences to look up (default: 5 from the corpus)")
     p.add_argument("-k", type=int, default=3, help="neighbours per query and for the label agreement")
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = make_parser().parse_args()
     sentences = read_corpus(args.corpus)
     step = max(1, len(sentences) // 5)
     queries = args.queries or sentences[step // 2 :: step][:5]  # spread over the file

@@ -47,13 +47,17 @@ def plot(name: str, numbers: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("tables", nargs="*", help="table names (default: every TABLE.json in --results)")
     p.add_argument("--results", type=Path, default=ROOT / "docs" / "ablations",
                    help="where ablations.py wrote its tables (its --results)")
     p.add_argument("--out", type=Path, default=None, help="folder for the figures (default: --results)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
     args.out = args.out or args.results
     try:
         import matplotlib  # noqa: F401

@@ -36,12 +36,16 @@ def smoothed(values: list[float], window: int) -> list[float]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("log", type=Path, help="a run folder (its log.jsonl) or a log.jsonl file")
     p.add_argument("--out", type=Path, default=None, help="the PNG to write (default: log.png beside the log)")
     p.add_argument("--smooth", type=int, default=None, help="steps to average the loss over (default: 1/50 of the run)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
     path = args.log / "log.jsonl" if args.log.is_dir() else args.log
     if not path.is_file():
         raise SystemExit(f"error: {path} does not exist")

@@ -76,7 +76,7 @@ def summary(results: list[tuple[str, dict]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", nargs="+", action="extend", metavar="DIR[:LABEL]",
@@ -87,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("similarities.png"), help="the PNG to write")
     p.add_argument("--pairs", type=int, default=2000, help="random sentence pairs to draw")
     p.add_argument("--seed", type=int, default=0, help="seed of the random pairs")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = make_parser()
     args = p.parse_args(argv)
     if args.pairs < 1:
         p.error(f"--pairs must be at least 1 (got {args.pairs})")

@@ -22,7 +22,7 @@ import tsdae  # noqa: E402
 from model import SentenceEncoder  # noqa: E402
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=cli.HelpFormatter)
     p.add_argument("run", type=Path, help="a run folder of tsdae.py (it holds model/ and decoder/)")
     p.add_argument("sentences", nargs="*", help="sentences to damage and rebuild (default: -n of --corpus)")
@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the damage (deletion as in training)")
     p.add_argument("--max-tokens", type=int, default=40, help="decode at most this many tokens")
     p.add_argument("--no-untrained", action="store_true", help="leave out the untrained starting point")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = make_parser()
     args = p.parse_args(argv)
     cli.check_arguments(p, args, at_least_one=("n", "beam", "max_tokens"))
     torch.set_grad_enabled(False)

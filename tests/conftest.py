@@ -165,6 +165,7 @@ QUICK = {
     "test_inspect.py": ["test_no_value_can_break_the_yaml", "test_corpus_fingerprint_and_command_line"],
     "test_architectures.py": ["test_an_unsupported_type_names_the_supported_ones"],
     "test_assignments.py": ["test_student_copy_keeps_signatures_and_docstrings_and_blanks_the_rest"],
+    "test_docs.py": ["test_command_parses", "test_named_code_exists"],
 }
 
 
