@@ -24,9 +24,10 @@ from consert import (NLI_FEATURES, ConSERTLoss, NLIDataset, SentenceDataset, Vie
                      collate_sentences, own_rows, switch_off_dropout)
 from labs.masked_cutoff import MaskedCutoffConSERTLoss
 from labs.shared_dropout import SharedDropoutConSERTLoss
-from lib import cli, distributed
+from lib import cli, distributed, selection
 from lib.corpus import few_shot, hold_out, open_corpus
 from lib.datafiles import NLI_LABELS, read_nli, sts_corpus
+from lib.run import finished
 from lib.weights import default_model_path
 from model import SentenceEncoder
 from speedups import fast, gradcache
@@ -86,7 +87,7 @@ class OfficialAdamW(torch.optim.Optimizer):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": 0.0})
 
     @torch.no_grad()
-    def step(self, closure=None) -> None:
+    def step(self) -> None:
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             for p in group["params"]:
@@ -254,14 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     if plan[-1].kind == "unsup":
         corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else open_corpus(args.corpus, args.bad_lines)
     device = cli.device(args.device)
-    train.check_dev_task(args.eval_task, args.eval_data)
+    selection.check_dev_task(args.eval_task, args.eval_data)
     cli.check_out_folder(out, args.resume, args.overwrite)
     rank, world = distributed.init()  # once, for every stage
     torch.manual_seed(args.seed)
     model_dir = args.model or default_model_path()
     folders = [out / "stage1", out] if len(plan) == 2 else [out]
     for stage, folder in zip(plan, folders):
-        if folder != out and train.finished(folder):
+        if folder != out and finished(folder):
             print(f"stage 1 ({stage.kind}) already finished in {folder}; continuing with stage 2")
         else:
             resume = args.resume and (folder / "checkpoint").exists()
@@ -362,7 +363,7 @@ def stage_loader(stage: Stage, inputs: Sequence, encoder: SentenceEncoder, args:
 
 
 def held_out_signals(stage: Stage, kept_out: list, objective: ConSERTLoss, args: argparse.Namespace,
-                     device: torch.device) -> train.HeldOut | None:
+                     device: torch.device) -> selection.HeldOut | None:
     """--heldout N: the kept-out sentences (or NLI pairs) in fixed batches, and the objective as the main process
     computes it by itself (it alone evaluates)."""
     if not kept_out:
@@ -371,15 +372,15 @@ def held_out_signals(stage: Stage, kept_out: list, objective: ConSERTLoss, args:
     batches = data.fixed_batches(dataset, collate=collate, pad_id=objective.encoder.bert.cfg.pad_token_id,
                                  batch_size=args.batch_size, device=device)
     sentences = kept_out if stage.kind == "unsup" else [s for p, h, _ in kept_out for s in (p, h)]
-    return train.HeldOut(distributed.this_process_only(objective), batches, sentences)
+    return selection.HeldOut(distributed.this_process_only(objective), batches, sentences)
 
 
 def stage_settings(stage: Stage, out: Path, resume: bool, args: argparse.Namespace, argv: list[str] | None,
-                   inputs: Sequence, heldout: train.HeldOut | None, steps: int) -> train.TrainSettings:
+                   inputs: Sequence, heldout: selection.HeldOut | None, steps: int) -> train.TrainSettings:
     """The official optimiser: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up then linear decay, clip 1.0;
     with --optimizer official its AdamW without bias correction and its warm-up from lr 0 (above, beside
     OFFICIAL). The evaluation the flags ask for, scored with --eval-pooling; the card of the stage's `inputs`."""
-    dev, log_fn = train.training_evaluation(args, heldout)
+    dev, log_fn = selection.training_evaluation(args, heldout)
     # the same weights, pooled as --eval-pooling says
     eval_fn = dev and (lambda enc: dev(SentenceEncoder(enc.bert, enc.tokenizer, args.eval_pooling, enc.max_length)))
     if stage.kind == "unsup":
@@ -392,7 +393,7 @@ def stage_settings(stage: Stage, out: Path, resume: bool, args: argparse.Namespa
         grad_clip=1.0, amp=args.amp, optimizer_fn=OfficialAdamW if official else None,
         lr_factor_fn=official_lr_factor if official else None, save_every=args.save_every, eval_fn=eval_fn,
         eval_every=args.eval_every, keep_best=eval_fn is not None,
-        higher_is_better=train.higher_is_better(args.eval_task), patience=stage.patience if eval_fn else 0,
+        higher_is_better=selection.higher_is_better(args.eval_task), patience=stage.patience if eval_fn else 0,
         resume=resume, log_fn=log_fn,
         card=cli.model_card("ConSERT", make_parser(), args, argv, lines, pooling="mean", lr=stage.lr,
                             corpus=f"{corpus}, stage {stage.kind} of --strategy {args.strategy}"))

@@ -25,7 +25,7 @@ import torch
 import data
 import finetune
 import train
-from lib import cli, distributed
+from lib import cli, distributed, selection
 from lib.corpus import hold_out
 from lib.datafiles import nli_triplets, read_nli, read_training_file
 from lib.errors import UsageError
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # check every input first: bad input stops the run before any model is loaded or any file is written
     kind, rows = read_examples(args)
-    train.check_dev_task(args.eval_task, args.eval_data)
+    selection.check_dev_task(args.eval_task, args.eval_data)
     device = cli.device(args.device)
     cli.check_out_folder(Path(args.out), args.resume, args.overwrite)
     count = len(rows)
@@ -180,7 +180,7 @@ def example_loader(kind: str, rows: Sequence[tuple], encoder: SentenceEncoder, a
 
 
 def held_out_signals(kind: str, kept_out: list[tuple], objective: finetune.SupervisedLoss, args: argparse.Namespace,
-                     device: torch.device) -> train.HeldOut | None:
+                     device: torch.device) -> selection.HeldOut | None:
     """--heldout N: the kept-out rows in fixed batches, and the objective as the main process computes it alone."""
     if not kept_out:
         return None
@@ -189,14 +189,14 @@ def held_out_signals(kind: str, kept_out: list[tuple], objective: finetune.Super
     batches = data.fixed_batches(dataset, collate=finetune.collate_examples, pad_id=encoder.bert.cfg.pad_token_id,
                                  batch_size=args.batch_size, device=device)
     sentences = [s for row in kept_out for s in row if isinstance(s, str)]
-    return train.HeldOut(distributed.this_process_only(objective), batches, sentences)
+    return selection.HeldOut(distributed.this_process_only(objective), batches, sentences)
 
 
-def settings(args: argparse.Namespace, argv: list[str] | None, rows: Sequence[tuple], heldout: train.HeldOut | None,
+def settings(args: argparse.Namespace, argv: list[str] | None, rows: Sequence[tuple], heldout: selection.HeldOut | None,
              encoder: SentenceEncoder, steps: int) -> train.TrainSettings:
     """sentence-transformers' fit: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up, linear decay, clip 1;
     the evaluation the flags ask for; the card of the rows."""
-    eval_fn, log_fn = train.training_evaluation(args, heldout)
+    eval_fn, log_fn = selection.training_evaluation(args, heldout)
     lines = ["\t".join(map(str, row)) for row in rows]
     source = args.pairs or f"{args.nli} (NLI triples)"
     card: Callable = cli.model_card("fine-tuning", make_parser(), args, argv, lines,
@@ -205,7 +205,7 @@ def settings(args: argparse.Namespace, argv: list[str] | None, rows: Sequence[tu
         out=Path(args.out), steps=steps, lr=args.lr, weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1,
         schedule="linear", grad_clip=1.0, amp=args.amp, save_every=args.save_every, resume=args.resume,
         eval_every=args.eval_every, eval_fn=eval_fn, log_fn=log_fn, keep_best=eval_fn is not None,
-        higher_is_better=train.higher_is_better(args.eval_task), card=card)
+        higher_is_better=selection.higher_is_better(args.eval_task), card=card)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import train
 import tsdae
 from labs.noise_once import NoiseOnceDataset
 from labs.token_memory import TokenMemoryTSDAELoss
-from lib import cli, distributed
+from lib import cli, distributed, selection
 from lib.corpus import hold_out, open_corpus
 from lib.errors import UsageError
 from lib.weights import default_model_path
@@ -87,7 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # check every input first: bad input stops the run before any model is loaded or any file is written
-    train.check_dev_task(args.eval_task, args.eval_data)
+    selection.check_dev_task(args.eval_task, args.eval_data)
     sentences = open_corpus(args.corpus, args.bad_lines)  # where each line is; its text stays on disk
     device = cli.device(args.device)
     cli.check_out_folder(Path(args.out), args.resume, args.overwrite)
@@ -153,7 +153,7 @@ def pair_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argpar
 
 
 def held_out_signals(kept_out: list[str], objective: tsdae.TSDAELoss, args: argparse.Namespace,
-                     device: torch.device) -> train.HeldOut | None:
+                     device: torch.device) -> selection.HeldOut | None:
     """--heldout N: the kept-out lines, damaged once (as epoch 0 damages them, also with --noise-once: two runs that
     differ in how training is damaged score the same damaged lines), in fixed batches, and the objective as the
     main process computes it by itself (it alone evaluates)."""
@@ -164,10 +164,10 @@ def held_out_signals(kept_out: list[str], objective: tsdae.TSDAELoss, args: argp
                                    ratio=args.noise_ratio, seed=args.seed)
     batches = data.fixed_batches(pairs, collate=tsdae.collate_pairs, pad_id=encoder.bert.cfg.pad_token_id,
                                  batch_size=args.batch_size, device=device)
-    return train.HeldOut(distributed.this_process_only(objective), batches, kept_out)
+    return selection.HeldOut(distributed.this_process_only(objective), batches, kept_out)
 
 
-def settings(args: argparse.Namespace, plain: tsdae.TSDAELoss, card: Callable, heldout: train.HeldOut | None,
+def settings(args: argparse.Namespace, plain: tsdae.TSDAELoss, card: Callable, heldout: selection.HeldOut | None,
              steps: int) -> train.TrainSettings:
     """The run's settings: the reference's AdamW at a constant lr (train.TrainSettings' defaults), the
     evaluation the flags ask for (with the held-out signals), and the decoder saved beside model/
@@ -176,11 +176,11 @@ def settings(args: argparse.Namespace, plain: tsdae.TSDAELoss, card: Callable, h
                "base_model": str(args.model or default_model_path()), "seed": args.seed, "noise": args.noise,
                "noise_ratio": args.noise_ratio, "corpus": str(args.corpus)}
     save_decoder = lambda run: tsdae.save_decoder(plain, run / "decoder", decoder)
-    eval_fn, log_fn = train.training_evaluation(args, heldout)
+    eval_fn, log_fn = selection.training_evaluation(args, heldout)
     return train.TrainSettings(
         out=Path(args.out), steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every, resume=args.resume,
         micro_batch=args.micro_batch or 0, eval_every=args.eval_every, eval_fn=eval_fn, log_fn=log_fn,
-        keep_best=eval_fn is not None, higher_is_better=train.higher_is_better(args.eval_task), card=card,
+        keep_best=eval_fn is not None, higher_is_better=selection.higher_is_better(args.eval_task), card=card,
         save_with_model=save_decoder)
 
 

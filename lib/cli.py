@@ -171,7 +171,7 @@ def evaluates(args: argparse.Namespace) -> bool:
 
 def check_selection(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """--eval-task's default (stsb-dev with --eval-data, else heldout-loss with --heldout, else nothing is
-    evaluated), and the held-out tasks' need for --heldout. Which tasks have dev data: train.check_dev_task."""
+    evaluated), and the held-out tasks' need for --heldout. Which tasks have dev data: lib.selection.check_dev_task."""
     if args.heldout < 0:
         p.error(f"--heldout must be 0 or more (got {args.heldout})")
     if args.eval_task is None:
@@ -228,7 +228,7 @@ def run(main: Callable[[], int]) -> None:
     """A script's entry point: a user's mistake (bad corpus, bad model folder, NaN loss) ends in one line."""
     try:
         sys.exit(main())
-    except (ModelLoadError, UsageError) as e:  # a UsageError: CorpusError and train.TrainingStopped too
+    except (ModelLoadError, UsageError) as e:  # a UsageError: CorpusError and TrainingStopped too
         sys.exit(f"error: {e}")
     except NotImplementedError as e:  # a student copy's blanked exercise (assignments.py) on the training path
         if not str(e).startswith("Exercise "):  # torch's own (an operation it lacks): a bug, shown whole
