@@ -19,9 +19,9 @@ import evaluate
 from lib import align_uniform, datafiles
 from lib.errors import CorpusError, UsageError
 from lib.run import RunFolder, RunState
-from model import SentenceEncoder
 
-if TYPE_CHECKING:  # a name for the annotations, not imported when the program runs (train.py imports this file)
+if TYPE_CHECKING:  # names for the annotations, not imported when the program runs (train.py imports this file)
+    from model import SentenceEncoder
     from train import TrainSettings
 
 

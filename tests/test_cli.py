@@ -216,7 +216,8 @@ def project_imports(tree: ast.AST, modules: set[str]) -> set[str]:
 def test_the_import_graph_has_layers_and_no_cycle():
     """What importing a module imports, `if __name__ == "__main__":` blocks included: no cycle; the two methods
     import only model.py, data.py and lib/ (and so does finetune.py); lib/ imports only lib/, but for what runs
-    around the training loop: model selection reads evaluate.py's scores; `python tsdae.py`,
+    around the training loop: model selection reads evaluate.py's scores, and the experiments' shared steps
+    (lib/experiment.py) build what train.py runs; `python tsdae.py`,
     `python consert.py` and `python finetune.py` run the experiment beside them as the script, without importing it."""
     files = project_modules()
     graph = {name: project_imports(ast.parse(path.read_text(encoding="utf-8")), set(files))
@@ -229,7 +230,7 @@ def test_the_import_graph_has_layers_and_no_cycle():
     heights = {name: height(name) for name in files}
     for name in files:
         if name.startswith("lib."):
-            above_lib = {"lib.selection": {"evaluate", "model"}}.get(name, set())
+            above_lib = {"lib.selection": {"evaluate"}, "lib.experiment": {"train", "data", "model"}}.get(name, set())
             assert all(other.startswith("lib.") or other in above_lib for other in graph[name]), (name, graph[name])
     for method in ("tsdae", "consert", "finetune"):
         assert {m for m in graph[method] if not m.startswith("lib.")} <= {"model", "data"}, (method, graph[method])
