@@ -4,9 +4,9 @@ stage, and the command line (`python consert.py` and `python consert_train.py` r
   OFFICIAL, stages     the official scripts' settings (yym6472/ConSERT), with the command line's instead
   official_lr_factor, OfficialAdamW   the official code's warm-up and AdamW (--optimizer official)
   make_parser          every flag
-  main                 read the inputs (lib/datafiles.py: NLI pairs, the official STS sentences), run the stages
-  run_stage            one stage = one call of train.train, as a short list of the steps below
-  build_encoder, build_objective, stage_loader, held_out_signals, stage_settings
+  main                 read the inputs (lib/datafiles.py: NLI pairs, the official STS sentences), then each stage:
+                       lib/experiment.py's steps and the ones below, then one call of train.train
+  build_encoder, build_objective, stage_loader, held_out_signals, stage_settings, describe
 """
 from __future__ import annotations
 
@@ -24,10 +24,11 @@ from consert import (NLI_FEATURES, ConSERTLoss, NLIDataset, SentenceDataset, Vie
                      collate_sentences, own_rows, switch_off_dropout)
 from labs.masked_cutoff import MaskedCutoffConSERTLoss
 from labs.shared_dropout import SharedDropoutConSERTLoss
-from lib import cli, distributed
-from lib.corpus import few_shot, hold_out, open_corpus
+from lib import cli, distributed, experiment
+from lib.corpus import few_shot, open_corpus
 from lib.datafiles import NLI_LABELS, read_nli, sts_corpus
-from lib.weights import default_model_path
+from lib.run import finished
+from lib.selection import HeldOut
 from model import SentenceEncoder
 from speedups import fast, gradcache
 
@@ -86,7 +87,7 @@ class OfficialAdamW(torch.optim.Optimizer):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": 0.0})
 
     @torch.no_grad()
-    def step(self, closure=None) -> None:
+    def step(self) -> None:
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             for p in group["params"]:
@@ -121,15 +122,148 @@ def with_flags(stage: Stage, args: argparse.Namespace, prefix: str) -> Stage:
                    else flag("patience"))
 
 
+# ----------------------------------------------------------------------------
+# The run: the strategy's stages, each a call of train.train
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A ConSERT run: each stage of --strategy, one call of the shared loop, from the encoder the
+    stage before left (its best/ with an evaluation)."""
+    args = parse_args(argv)
+    out = Path(args.out)
+    plan = stages(args)  # e.g. joint-unsup: joint on NLI, then contrastive on the corpus
+    nli = read_nli(args.nli, args.bad_lines) if plan[0].kind != "unsup" else None
+    corpus = None
+    if plan[-1].kind == "unsup":
+        corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else open_corpus(args.corpus, args.bad_lines)
+    device = experiment.check_run(args)  # bad input stops the run before a model is loaded or a file written
+    _, world = distributed.init()  # once, for every stage
+    torch.manual_seed(args.seed)
+    model_dir = args.model
+    for stage, folder in zip(plan, [out / "stage1", out] if len(plan) == 2 else [out]):
+        if folder != out and finished(folder):
+            print(f"stage 1 ({stage.kind}) already finished in {folder}; continuing with stage 2")
+        else:  # one stage: one call of the training loop, from the encoder the stage before left
+            inputs = corpus if stage.kind == "unsup" else nli
+            encoder = build_encoder(stage, model_dir, args)
+            objective = build_objective(stage, encoder, args, device, world)
+            trained, kept_out = experiment.hold_out(inputs, args, "lines" if stage.kind == "unsup" else "NLI pairs")
+            if stage.kind == "unsup" and args.few_shot:  # §4.4: N sentences of the corpus, upsampled to its size or not
+                trained = few_shot(trained, args.few_shot, seed=args.seed, upsample=args.upsample)
+            loader = stage_loader(stage, trained, encoder, args, device)
+            heldout = held_out_signals(stage, kept_out, objective, args, device)
+            resume = args.resume and (folder / "checkpoint").exists()
+            run = stage_settings(stage, folder, resume, loader, args, argv, inputs, heldout)
+            experiment.say_start(describe(stage, trained), run, args, device)
+            state = train.train(encoder, objective, loader, run, device)
+            if state.best is not None and distributed.rank() == 0:
+                print(f"best {args.eval_task} {state.best:.4g}: encoder saved to {folder / 'best'}")
+        model_dir = folder / "best" if (folder / "best").exists() else folder / "model"
+    experiment.say_done(out, "mean pooling")
+    return 0
+
+
+def describe(stage: Stage, trained: Sequence) -> str:
+    """What a stage trains, for its first line: its items, views and the encoder's dropout."""
+    views = " + ".join(f"{v.name} {v.rate:g}" if v.rate else v.name for v in stage.views)
+    return (f"ConSERT {stage.kind}: {len(trained)} {'sentences' if stage.kind == 'unsup' else 'NLI pairs'}"
+            f"{f', views {views}' if stage.kind != 'sup' else ''}, encoder dropout {'on' if stage.dropout else 'off'}")
+
+
+def build_encoder(stage: Stage, model_dir: str | Path | None, args: argparse.Namespace) -> SentenceEncoder:
+    """The encoder of this stage, mean-pooled as the official training pools, its own dropout on or off."""
+    # the official code's tokens per sentence: min(n, --max-length) + 3, of which 2 special (Transformer.py)
+    encoder = experiment.load_encoder(model_dir, pooling="mean", max_length=args.max_length + 3)
+    if not stage.dropout:
+        switch_off_dropout(encoder)
+    return encoder
+
+
+def objective_class(stage: Stage, args: argparse.Namespace) -> type[ConSERTLoss]:
+    """ConSERTLoss, or a lab's variant of it (LABS.md, labs 1 and 3) when the flags ask for one."""
+    if args.shared_dropout and stage.kind != "sup":
+        return SharedDropoutConSERTLoss
+    if "token_cutoff_masked" in [view.name for view in stage.views]:
+        return MaskedCutoffConSERTLoss
+    return ConSERTLoss
+
+
+def build_objective(stage: Stage, encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
+                    world: int) -> ConSERTLoss:
+    """The stage's objective. Under torchrun its negatives (and NLI pairs) are every process's (--local-negatives:
+    each process's own). speedups/fast.py's pieces unless --plain or --bucketing (length buckets hold almost no padding:
+    packing would cost); the cached gradient with --micro-batch. The same parameters and numbers each way."""
+    gather = distributed.gather_with_local_grad if world > 1 and not args.local_negatives else own_rows
+    objective = objective_class(stage, args)(
+        encoder, stage.views, temperature=args.temperature, cl_weight=args.cl_weight, adv_norm=args.adv_norm,
+        nli_classes=0 if stage.kind == "unsup" else len(NLI_LABELS), joint=stage.kind == "joint",
+        nli_features=args.nli_features, gather=gather)
+    if not args.plain and not args.bucketing:
+        objective = fast.speed_up_consert(objective, device)
+    if args.micro_batch:  # the whole batch's loss and gradient, the encoder's graph one chunk at a time
+        objective = gradcache.ChunkedConSERTLoss.of(objective, args.micro_batch)
+    return objective
+
+
+def datasets(stage: Stage, inputs: Sequence, encoder: SentenceEncoder) -> tuple[torch.utils.data.Dataset, Callable]:
+    """The stage's data set and collate function: sentences (unsup) or NLI pairs."""
+    if stage.kind == "unsup":
+        return SentenceDataset(inputs, encoder.tokenizer, encoder.max_length), collate_sentences
+    return NLIDataset(inputs, encoder.tokenizer, encoder.max_length), collate_nli
+
+
+def stage_loader(stage: Stage, inputs: Sequence, encoder: SentenceEncoder, args: argparse.Namespace,
+                 device: torch.device) -> torch.utils.data.DataLoader:
+    """Plain shuffled batches, as the official DataLoader(shuffle=True) gives them: the batch decides which
+    sentences are each other's negatives. With --bucketing, batches of similar length (by the pair's length for NLI);
+    plain batches need no tokenisation before the first step."""
+    tokenizer, max_length = encoder.tokenizer, encoder.max_length
+    if not args.bucketing:
+        lengths = None
+    elif stage.kind == "unsup":
+        lengths = data.token_lengths(tokenizer, inputs, max_length)
+    else:
+        lengths = (data.token_lengths(tokenizer, [p for p, _, _ in inputs], max_length)
+                   + data.token_lengths(tokenizer, [h for _, h, _ in inputs], max_length))
+    return experiment.loader(*datasets(stage, inputs, encoder), encoder, args, device, lengths)
+
+
+def held_out_signals(stage: Stage, kept_out: list, objective: ConSERTLoss, args: argparse.Namespace,
+                     device: torch.device) -> HeldOut | None:
+    """--heldout N: the kept-out sentences (or NLI pairs) and their sentences (an NLI pair's: its premise and its
+    hypothesis)."""
+    sentences = kept_out if stage.kind == "unsup" else [s for p, h, _ in kept_out for s in (p, h)]
+    return experiment.held_out_signals(objective, *datasets(stage, kept_out, objective.encoder), sentences, args,
+                                       device)
+
+
+def stage_settings(stage: Stage, out: Path, resume: bool, loader: torch.utils.data.DataLoader,
+                   args: argparse.Namespace, argv: list[str] | None, inputs: Sequence,
+                   heldout: HeldOut | None) -> train.TrainSettings:
+    """The official optimiser: sentence-transformers' fit (lib/experiment.FIT: AdamW with eps 1e-6 and weight decay
+    0.01, 10% linear warm-up then linear decay, clip 1.0); with --optimizer official its AdamW without bias correction
+    and its warm-up from lr 0 (above, beside OFFICIAL). The evaluation the flags ask for, scored with --eval-pooling;
+    the card of the stage's `inputs`."""
+    if stage.kind == "unsup":
+        lines, corpus = inputs, args.corpus or f"the STS12-16, STS-b and SICK sentences of {args.sts_corpus}"
+    else:
+        lines, corpus = [f"{p}\t{h}\t{label}" for p, h, label in inputs], f"{args.nli} (NLI pairs)"
+    card = cli.model_card("ConSERT", make_parser(), args, argv, lines, pooling="mean", lr=stage.lr,
+                          corpus=f"{corpus}, stage {stage.kind} of --strategy {args.strategy}")
+    official = args.optimizer == "official"
+    return experiment.settings(
+        args, loader, card, heldout, steps=stage.steps, epochs=stage.epochs, lr=stage.lr, out=out, resume=resume,
+        eval_pooling=args.eval_pooling, patience=stage.patience, **experiment.FIT,
+        optimizer_fn=OfficialAdamW if official else None, lr_factor_fn=official_lr_factor if official else None)
+
+
 def make_parser() -> cli.ArgumentParser:
-    p = cli.ArgumentParser(
-        description="Fine-tune a sentence encoder with ConSERT (arXiv:2105.11741): contrastive learning between two "
-                    "views of each sentence made at the embedding layer, optionally fused with NLI supervision (§3.4). "
-                    "Every default is the official scripts' (consert_train.OFFICIAL): unsupervised, feature cutoff 0.2 + "
-                    "token shuffle, dropout off, temperature 0.1, batch 96, lr 5e-7, 10 epochs. The author later "
-                    "found lr 2e-5 with temperature 0.05 better.",
-        formatter_class=cli.HelpFormatter,
-    )
+    p = cli.ArgumentParser(description="Fine-tune a sentence encoder with ConSERT (arXiv:2105.11741): contrastive "
+                                       "learning between two views of each sentence made at the embedding layer, "
+                                       "optionally fused with NLI supervision (§3.4). Every default is the official "
+                                       "scripts' (consert_train.OFFICIAL): unsupervised, feature cutoff 0.2 + token "
+                                       "shuffle, dropout off, temperature 0.1, batch 96, lr 5e-7, 10 epochs. The "
+                                       "author later found lr 2e-5 with temperature 0.05 better.")
     src = p.add_argument_group("data")
     src.add_argument("--corpus", help="UTF-8 text file, one unlabelled sentence per line")
     src.add_argument("--sts-corpus", metavar="DATA_DIR",
@@ -146,8 +280,6 @@ def make_parser() -> cli.ArgumentParser:
                      help="with --few-shot: repeat the N sentences up to the corpus's size, each floor or ceil of "
                           "(size / N) times, so an epoch holds as many batches as the full corpus's (the official "
                           "--do_upsampling)")
-    src.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
-                     help="what to do with input lines that are not UTF-8")
     src.add_argument("--max-length", type=int, default=64,
                      help="word pieces per sentence, counted as the official code does: a sentence keeps at most "
                           "max-length + 3 tokens, its two special tokens included (its min(n, max_seq_length) + 3)")
@@ -195,7 +327,7 @@ def make_parser() -> cli.ArgumentParser:
     both.add_argument("--local-negatives", action="store_true",
                       help="under torchrun: each process contrasts its own share of the batch as a batch of its own, "
                            "and DDP sums their gradients (default: every process's sentences are the negatives)")
-    cli.add_run_arguments(both, out="runs/consert")
+    cli.add_run_arguments(both, out="runs/consert", inputs="input lines")
     ev = p.add_argument_group("model selection (contrastive training degrades late: keep the best dev checkpoint)")
     cli.add_selection_arguments(ev, eval_every=200, what="official: stsb-dev, every 200 steps")
     ev.add_argument("--eval-pooling", default="mean", choices=["mean", "last2-mean"],
@@ -205,6 +337,7 @@ def make_parser() -> cli.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags, each in its range; the inputs and views each stage of the strategy needs."""
     p = make_parser()
     args = p.parse_args(argv)
     kinds = [stage.kind for stage in OFFICIAL[args.strategy]]
@@ -238,164 +371,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.max_length < 1:
         p.error(f"--max-length must be at least 1 (got {args.max_length})")
     return args
-
-
-# ----------------------------------------------------------------------------
-# The run: the strategy's stages, each a call of train.train
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    out = Path(args.out)
-    plan = stages(args)  # e.g. joint-unsup: joint on NLI, then contrastive on the corpus
-    # read every input first: bad input stops the run before any model is loaded or any file is written
-    nli = read_nli(args.nli, args.bad_lines) if plan[0].kind != "unsup" else None
-    corpus = None
-    if plan[-1].kind == "unsup":
-        corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else open_corpus(args.corpus, args.bad_lines)
-    device = cli.device(args.device)
-    train.check_dev_task(args.eval_task, args.eval_data)
-    cli.check_out_folder(out, args.resume, args.overwrite)
-    rank, world = distributed.init()  # once, for every stage
-    torch.manual_seed(args.seed)
-    model_dir = args.model or default_model_path()
-    folders = [out / "stage1", out] if len(plan) == 2 else [out]
-    for stage, folder in zip(plan, folders):
-        if folder != out and train.finished(folder):
-            print(f"stage 1 ({stage.kind}) already finished in {folder}; continuing with stage 2")
-        else:
-            resume = args.resume and (folder / "checkpoint").exists()
-            run_stage(stage, model_dir, folder, resume, corpus if stage.kind == "unsup" else nli, args, device, argv,
-                      rank, world)
-        model_dir = folder / "best" if (folder / "best").exists() else folder / "model"
-    if rank == 0:
-        print(f"done: encoder saved to {out / 'model'} (mean pooling)")
-    return 0
-
-
-def run_stage(stage: Stage, model_dir: str | Path, out: Path, resume: bool, inputs: Sequence, args: argparse.Namespace,
-              device: torch.device, argv: list[str] | None = None, rank: int = 0, world: int = 1) -> None:
-    """One call of the shared training loop, as process `rank` of `world` (distributed.init, called by main)."""
-    encoder = build_encoder(stage, model_dir, args)
-    objective = build_objective(stage, encoder, args, device, world)
-    trained, kept_out = hold_out(inputs, args.heldout)  # --heldout N: a dev signal without labels
-    if stage.kind == "unsup" and args.few_shot:  # §4.4: N sentences of the corpus, upsampled to its size or not
-        trained = few_shot(trained, args.few_shot, seed=args.seed, upsample=args.upsample)
-    if kept_out and rank == 0:
-        print(f"--heldout {args.heldout}: {len(kept_out)} {'lines' if stage.kind == 'unsup' else 'NLI pairs'} kept out "
-              f"of training, and {len(inputs) - len(kept_out) - len(trained)} more that repeat one of their sentences")
-    loader = stage_loader(stage, trained, encoder, args, device, rank, world)
-    heldout = held_out_signals(stage, kept_out, objective, args, device)
-    settings = stage_settings(stage, out, resume, args, argv, inputs, heldout,
-                              steps=stage.steps or stage.epochs * len(loader.batch_sampler))
-    if rank == 0:
-        what = "sentences" if stage.kind == "unsup" else "NLI pairs"
-        views = " + ".join(f"{v.name} {v.rate:g}" if v.rate else v.name for v in stage.views)
-        print(f"ConSERT {stage.kind}: {len(trained)} {what}, {settings.steps} steps of {args.batch_size} at lr "
-              f"{stage.lr:g}{f', views {views}' if stage.kind != 'sup' else ''}, encoder dropout "
-              f"{'on' if stage.dropout else 'off'}, on {world} x {device}{' (plain path)' if args.plain else ''}; "
-              f"saving to {out}")
-    state = train.train(encoder, objective, loader, settings, device)
-    if state.best is not None and rank == 0:
-        print(f"best {args.eval_task} {state.best:.4g}: encoder saved to {out / 'best'}")
-
-
-def build_encoder(stage: Stage, model_dir: str | Path, args: argparse.Namespace) -> SentenceEncoder:
-    """The encoder of this stage, mean-pooled as the official training pools, its own dropout on or off."""
-    # the official code's tokens per sentence: min(n, --max-length) + 3, of which 2 special (Transformer.py)
-    encoder = SentenceEncoder.from_pretrained(model_dir, pooling="mean", max_length=args.max_length + 3)
-    encoder.bert.mlm_head = None  # a checkpoint's masked-LM head is not used here (and DDP wants no idle weights)
-    if not stage.dropout:
-        switch_off_dropout(encoder)
-    return encoder
-
-
-def objective_class(stage: Stage, args: argparse.Namespace) -> type[ConSERTLoss]:
-    """ConSERTLoss, or a lab's variant of it (LABS.md, labs 1 and 3) when the flags ask for one."""
-    if args.shared_dropout and stage.kind != "sup":
-        return SharedDropoutConSERTLoss
-    if "token_cutoff_masked" in [view.name for view in stage.views]:
-        return MaskedCutoffConSERTLoss
-    return ConSERTLoss
-
-
-def build_objective(stage: Stage, encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
-                    world: int) -> ConSERTLoss:
-    """The stage's objective. Under torchrun its negatives (and NLI pairs) are every process's (--local-negatives:
-    each process's own). speedups/fast.py's pieces unless --plain or --bucketing (length buckets hold almost no padding:
-    packing would cost); the cached gradient with --micro-batch. The same parameters and numbers each way."""
-    gather = distributed.gather_with_local_grad if world > 1 and not args.local_negatives else own_rows
-    objective = objective_class(stage, args)(
-        encoder, stage.views, temperature=args.temperature, cl_weight=args.cl_weight, adv_norm=args.adv_norm,
-        nli_classes=0 if stage.kind == "unsup" else len(NLI_LABELS), joint=stage.kind == "joint",
-        nli_features=args.nli_features, gather=gather)
-    if not args.plain and not args.bucketing:
-        objective = fast.speed_up_consert(objective, device)
-    if args.micro_batch:  # the whole batch's loss and gradient, the encoder's graph one chunk at a time
-        objective = gradcache.ChunkedConSERTLoss.of(objective, args.micro_batch)
-    return objective
-
-
-def datasets(stage: Stage, inputs: Sequence, encoder: SentenceEncoder) -> tuple[torch.utils.data.Dataset, Callable]:
-    """The stage's data set and collate function: sentences (unsup) or NLI pairs."""
-    if stage.kind == "unsup":
-        return SentenceDataset(inputs, encoder.tokenizer, encoder.max_length), collate_sentences
-    return NLIDataset(inputs, encoder.tokenizer, encoder.max_length), collate_nli
-
-
-def stage_loader(stage: Stage, inputs: Sequence, encoder: SentenceEncoder, args: argparse.Namespace,
-                 device: torch.device, rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
-    """Plain shuffled batches, as the official DataLoader(shuffle=True) gives them: the batch decides which
-    sentences are each other's negatives. With --bucketing, batches of similar length (by the pair's length for NLI)."""
-    tokenizer, max_length = encoder.tokenizer, encoder.max_length
-    dataset, collate = datasets(stage, inputs, encoder)
-    if not args.bucketing:
-        lengths = len(inputs)  # plain batches need only the number of items: no tokenisation before the first step
-    elif stage.kind == "unsup":
-        lengths = data.token_lengths(tokenizer, inputs, max_length)
-    else:
-        lengths = (data.token_lengths(tokenizer, [p for p, _, _ in inputs], max_length)
-                   + data.token_lengths(tokenizer, [h for _, h, _ in inputs], max_length))
-    return data.make_loader(dataset, lengths=lengths, collate=collate, pad_id=encoder.bert.cfg.pad_token_id,
-                            batch_size=args.batch_size, seed=args.seed, device=device, bucketing=args.bucketing,
-                            workers=args.workers, rank=rank, world_size=world)
-
-
-def held_out_signals(stage: Stage, kept_out: list, objective: ConSERTLoss, args: argparse.Namespace,
-                     device: torch.device) -> train.HeldOut | None:
-    """--heldout N: the kept-out sentences (or NLI pairs) in fixed batches, and the objective as the main process
-    computes it by itself (it alone evaluates)."""
-    if not kept_out:
-        return None
-    dataset, collate = datasets(stage, kept_out, objective.encoder)
-    batches = data.fixed_batches(dataset, collate=collate, pad_id=objective.encoder.bert.cfg.pad_token_id,
-                                 batch_size=args.batch_size, device=device)
-    sentences = kept_out if stage.kind == "unsup" else [s for p, h, _ in kept_out for s in (p, h)]
-    return train.HeldOut(distributed.this_process_only(objective), batches, sentences)
-
-
-def stage_settings(stage: Stage, out: Path, resume: bool, args: argparse.Namespace, argv: list[str] | None,
-                   inputs: Sequence, heldout: train.HeldOut | None, steps: int) -> train.TrainSettings:
-    """The official optimiser: AdamW (eps 1e-6, weight decay 0.01), 10% linear warm-up then linear decay, clip 1.0;
-    with --optimizer official its AdamW without bias correction and its warm-up from lr 0 (above, beside
-    OFFICIAL). The evaluation the flags ask for, scored with --eval-pooling; the card of the stage's `inputs`."""
-    dev, log_fn = train.training_evaluation(args, heldout)
-    # the same weights, pooled as --eval-pooling says
-    eval_fn = dev and (lambda enc: dev(SentenceEncoder(enc.bert, enc.tokenizer, args.eval_pooling, enc.max_length)))
-    if stage.kind == "unsup":
-        lines, corpus = inputs, args.corpus or f"the STS12-16, STS-b and SICK sentences of {args.sts_corpus}"
-    else:
-        lines, corpus = [f"{p}\t{h}\t{label}" for p, h, label in inputs], f"{args.nli} (NLI pairs)"
-    official = args.optimizer == "official"
-    return train.TrainSettings(
-        out=out, steps=steps, lr=stage.lr, weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1, schedule="linear",
-        grad_clip=1.0, amp=args.amp, optimizer_fn=OfficialAdamW if official else None,
-        lr_factor_fn=official_lr_factor if official else None, save_every=args.save_every, eval_fn=eval_fn,
-        eval_every=args.eval_every, keep_best=eval_fn is not None,
-        higher_is_better=train.higher_is_better(args.eval_task), patience=stage.patience if eval_fn else 0,
-        resume=resume, log_fn=log_fn,
-        card=cli.model_card("ConSERT", make_parser(), args, argv, lines, pooling="mean", lr=stage.lr,
-                            corpus=f"{corpus}, stage {stage.kind} of --strategy {args.strategy}"))
 
 
 if __name__ == "__main__":

@@ -538,7 +538,7 @@ def missing_file(task: str, data_dir: Path) -> str | None:
 
 
 # ---------------------------------------------------------------------------
-# The entry point from Python: evaluate (the training scripts' dev score: train.dev_score)
+# The entry point from Python: evaluate (the training scripts' dev score: lib.selection.dev_score)
 # ---------------------------------------------------------------------------
 
 def parse_tasks(tasks: str | Sequence[str]) -> list[str]:
@@ -602,7 +602,7 @@ def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = 
 
 def stsb_dev_spearman(encoder, data_dir: str | Path | None = None, batch_size: int = 64) -> float:
     """STS benchmark dev Spearman x 100 (the original release's sts-dev.csv): the stsb-dev task, which the training
-    scripts select on with --eval-data unless --eval-task names another (train.dev_score)."""
+    scripts select on with --eval-data unless --eval-task names another (lib.selection.dev_score)."""
     return evaluate(encoder, ["stsb-dev"], data_dir, batch_size)["stsb-dev"]
 
 

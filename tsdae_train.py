@@ -2,12 +2,11 @@
 (`python tsdae.py` and `python tsdae_train.py` run it).
 
   make_parser, parse_args   every flag, with the paper's defaults (app. A, B)
-  main                      the run, as a short list of the steps below
+  main                      the run: lib/experiment.py's steps and the ones below, then train.train
   build_objective           the encoder and TSDAELoss (speedups/fast.py's pieces unless --plain; a lab's when asked)
-  denoising_pairs, pair_loader
-                            (damaged, original) pairs in the reference's plain shuffled batches (--bucketing: by length)
-  held_out_signals          --heldout N: the loss on lines kept out of training, a dev signal without labels
-  settings                  train.TrainSettings of the run
+  pair_loader               (damaged, original) pairs in the reference's plain shuffled batches (--bucketing: by length)
+  held_out_pairs            --heldout N: the lines kept out of training, damaged once (a dev signal without labels)
+  decoder_saver             the decoder, saved beside model/
 """
 from __future__ import annotations
 
@@ -22,26 +21,89 @@ import train
 import tsdae
 from labs.noise_once import NoiseOnceDataset
 from labs.token_memory import TokenMemoryTSDAELoss
-from lib import cli, distributed
-from lib.corpus import hold_out, open_corpus
+from lib import cli, distributed, experiment
+from lib.corpus import open_corpus
 from lib.errors import UsageError
 from lib.weights import default_model_path
 from model import SentenceEncoder
 from speedups import fast
 
 
+def main(argv: list[str] | None = None) -> int:
+    """A TSDAE run: the corpus, the denoising pairs and TSDAELoss (tsdae.py), then the shared loop."""
+    args = parse_args(argv)
+    sentences = open_corpus(args.corpus, args.bad_lines)  # where each line is; its text stays on disk
+    device = experiment.check_run(args)  # bad input stops the run before a model is loaded or a file written
+    card = cli.model_card("TSDAE", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr)
+    sentences, kept_out = experiment.hold_out(sentences, args, "lines")  # a dev signal without labels
+    _, world = distributed.init()
+    if args.micro_batch and world > 1:  # each process would all-reduce once per part, and their parts differ in number
+        raise UsageError("--micro-batch is not written for TSDAE under torchrun yet; more processes make each "
+                         "one's share of the batch smaller instead")
+    torch.manual_seed(args.seed)
+    plain, objective = build_objective(args, device)
+    loader = pair_loader(sentences, plain.encoder, args, device)
+    heldout = experiment.held_out_signals(objective, held_out_pairs(kept_out, plain.encoder, args),
+                                          tsdae.collate_pairs, kept_out, args, device)
+    run = experiment.settings(args, loader, card, heldout, steps=args.steps, epochs=args.epochs, lr=args.lr,
+                              micro_batch=args.micro_batch or 0, save_with_model=decoder_saver(plain, args))
+    experiment.say_start(f"TSDAE: {len(sentences)} sentences", run, args, device)
+    train.train(plain.encoder, objective, loader, run, device)
+    experiment.say_done(run.out, f"{args.pooling} pooling")
+    return 0
+
+
+def build_objective(args: argparse.Namespace, device: torch.device) -> tuple[tsdae.TSDAELoss, tsdae.TSDAELoss]:
+    """(the plain objective, the one that trains): the encoder of --model with the decoder tied to it; under
+    torchrun its loss is the mean over every process's tokens. What trains is the plain objective with speedups/fast.py's
+    pieces swapped in (the same parameters and numbers), unless --plain or a lab that reads token states."""
+    base_model = args.model or default_model_path()
+    encoder = SentenceEncoder.from_pretrained(base_model, pooling=args.pooling, max_length=args.max_length)
+    loss = TokenMemoryTSDAELoss if args.decoder_memory == "tokens" else tsdae.TSDAELoss  # LABS.md, lab 5
+    plain = loss(encoder, tie=not args.untie, normalisation=args.loss_normalisation,
+                 global_mean=distributed.global_mean)
+    if args.plain or args.decoder_memory == "tokens":
+        return plain, plain
+    return plain, fast.speed_up_tsdae(plain, device)
+
+
+def pair_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argparse.Namespace,
+                device: torch.device) -> torch.utils.data.DataLoader:
+    """(damaged, original) pairs, damaged as the flags say, in plain shuffled batches, as the reference's
+    DataLoader(shuffle=True) gives them. With --bucketing, batches of similar original length: less work on padding,
+    but the loss is a mean over the batch's tokens, so in a bucketed batch each sentence weighs about 1/B whatever
+    its length. Only bucketing tokenises the whole corpus first (its lengths)."""
+    pairs = NoiseOnceDataset if args.noise_once else tsdae.DenoisingDataset  # LABS.md, lab 2
+    dataset = pairs(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise, ratio=args.noise_ratio,
+                    seed=args.seed)
+    lengths = data.token_lengths(encoder.tokenizer, sentences, encoder.max_length) if args.bucketing else None
+    return experiment.loader(dataset, tsdae.collate_pairs, encoder, args, device, lengths)
+
+
+def held_out_pairs(kept_out: list[str], encoder: SentenceEncoder, args: argparse.Namespace) -> tsdae.DenoisingDataset:
+    """--heldout N: the kept-out lines, damaged once (as epoch 0 damages them, also with --noise-once: two runs that
+    differ in how training is damaged score the same damaged lines)."""
+    return tsdae.DenoisingDataset(kept_out, encoder.tokenizer, encoder.max_length, noise=args.noise,
+                                  ratio=args.noise_ratio, seed=args.seed)
+
+
+def decoder_saver(plain: tsdae.TSDAELoss, args: argparse.Namespace) -> Callable[[Path], None]:
+    """Saves the decoder beside model/ (OUT/decoder; examples/reconstruct.py reads it), with how it was trained.
+    The rest of the run's settings: the reference's AdamW at a constant lr (train.TrainSettings' defaults)."""
+    decoder = {"objective": type(plain).__name__, "tie": not args.untie, "normalisation": args.loss_normalisation,
+               "base_model": str(args.model or default_model_path()), "seed": args.seed, "noise": args.noise,
+               "noise_ratio": args.noise_ratio, "corpus": str(args.corpus)}
+    return lambda out: tsdae.save_decoder(plain, out / "decoder", decoder)
+
+
 def make_parser() -> cli.ArgumentParser:
-    p = cli.ArgumentParser(
-        description="Train a sentence encoder with TSDAE (arXiv:2104.06979) on unlabelled sentences, one per line.",
-        formatter_class=cli.HelpFormatter,
-    )
+    p = cli.ArgumentParser(description="Train a sentence encoder with TSDAE (arXiv:2104.06979) on unlabelled "
+                                       "sentences, one per line.")
     p.add_argument("--corpus", required=True, help="UTF-8 text file, one sentence per line")
     p.add_argument("--model", default=None,
                    help="a BERT, RoBERTa, XLM-R, DistilBERT or ELECTRA checkpoint: a local folder or a Hub id such as "
                         "bert-base-uncased (default: the shipped all-MiniLM-L6-v2)")
-    p.add_argument("--epochs", type=int, default=1, help="passes over the corpus (ignored when --steps is given)")
-    p.add_argument("--steps", type=int, default=None,
-                   help="optimiser steps in total (default: one epoch, corpus size / batch size; the paper: 100000)")
+    cli.add_length_arguments(p, passes_over="the corpus", paper="100000")
     p.add_argument("--batch-size", type=int, default=8,
                    help="sentences per step (app. B); under torchrun the global batch, split over the processes")
     p.add_argument("--lr", type=float, default=3e-5, help="AdamW learning rate (app. B), constant as in the reference")
@@ -66,122 +128,20 @@ def make_parser() -> cli.ArgumentParser:
     p.add_argument("--loss-normalisation", default="tokens", choices=["tokens", "sentence"],
                    help="tokens: mean over the batch's tokens (reference code); sentence: per-sentence sum (paper §3.1). "
                         "One factor per batch apart: when every step is clipped to norm 1 they train alike (LABS.md, lab 6)")
-    cli.add_run_arguments(p, out="runs/tsdae")
+    cli.add_run_arguments(p, out="runs/tsdae", inputs="corpus lines")
     cli.add_selection_arguments(p, eval_every=500, what="the paper selects none: app. B assumes no labelled data")
-    p.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
-                   help="what to do with corpus lines that are not UTF-8")
     return p
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags, each in its range; --max-length leaves room for a word."""
     p = make_parser()
-    args = p.parse_args(argv)
-    cli.check_arguments(p, args, positive=("lr",), at_least_one=("epochs", "steps", "batch_size", "eval_every", "micro_batch"),
+    args = cli.parse_args(p, argv, positive=("lr",), at_least_one=("epochs", "steps", "batch_size", "eval_every", "micro_batch"),
                           ratios=("noise_ratio",))
     cli.check_selection(p, args)
     if args.max_length < 3:
         p.error(f"--max-length must be at least 3: the start token, one word, the end token (got {args.max_length})")
     return args
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    # check every input first: bad input stops the run before any model is loaded or any file is written
-    train.check_dev_task(args.eval_task, args.eval_data)
-    sentences = open_corpus(args.corpus, args.bad_lines)  # where each line is; its text stays on disk
-    device = cli.device(args.device)
-    cli.check_out_folder(Path(args.out), args.resume, args.overwrite)
-    card = cli.model_card("TSDAE", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr)
-    lines = len(sentences)
-    sentences, kept_out = hold_out(sentences, args.heldout)  # --heldout N: a dev signal without labels
-    if kept_out and distributed.rank() == 0:
-        print(f"--heldout {args.heldout}: {len(kept_out)} lines kept out of training, and "
-              f"{lines - len(kept_out) - len(sentences)} more that repeat one of their sentences")
-    rank, world = distributed.init()
-    if args.micro_batch and world > 1:  # each process would all-reduce once per part, and their parts differ in number
-        raise UsageError("--micro-batch is not written for TSDAE under torchrun yet; more processes make each "
-                         "one's share of the batch smaller instead")
-    torch.manual_seed(args.seed)
-    plain, objective = build_objective(args, device)
-    loader = pair_loader(sentences, plain.encoder, args, device, rank, world)
-    heldout = held_out_signals(kept_out, objective, args, device)
-    run = settings(args, plain, card, heldout, steps=args.steps or args.epochs * len(loader.batch_sampler))
-    if rank == 0:
-        print(f"TSDAE: {len(sentences)} sentences, {run.steps} steps of {args.batch_size} on {world} x {device}"
-              f"{' (plain path)' if args.plain else ''}; saving to {run.out}")
-    train.train(plain.encoder, objective, loader, run, device)
-    if rank == 0:
-        print(f"done: encoder saved to {run.out / 'model'} ({args.pooling} pooling)")
-    return 0
-
-
-def build_objective(args: argparse.Namespace, device: torch.device) -> tuple[tsdae.TSDAELoss, tsdae.TSDAELoss]:
-    """(the plain objective, the one that trains): the encoder of --model with the decoder tied to it; under
-    torchrun its loss is the mean over every process's tokens. What trains is the plain objective with speedups/fast.py's
-    pieces swapped in (the same parameters and numbers), unless --plain or a lab that reads token states."""
-    base_model = args.model or default_model_path()
-    encoder = SentenceEncoder.from_pretrained(base_model, pooling=args.pooling, max_length=args.max_length)
-    loss = TokenMemoryTSDAELoss if args.decoder_memory == "tokens" else tsdae.TSDAELoss  # LABS.md, lab 5
-    plain = loss(encoder, tie=not args.untie, normalisation=args.loss_normalisation,
-                 global_mean=distributed.global_mean)
-    if args.plain or args.decoder_memory == "tokens":
-        return plain, plain
-    return plain, fast.speed_up_tsdae(plain, device)
-
-
-def denoising_pairs(sentences: Sequence[str], encoder: SentenceEncoder,
-                    args: argparse.Namespace) -> tsdae.DenoisingDataset:
-    """The (damaged, original) pairs of the sentences, damaged as the flags say (training's and the held-out's)."""
-    pairs = NoiseOnceDataset if args.noise_once else tsdae.DenoisingDataset  # LABS.md, lab 2
-    return pairs(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise, ratio=args.noise_ratio,
-                 seed=args.seed)
-
-
-def pair_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
-                rank: int = 0, world: int = 1) -> torch.utils.data.DataLoader:
-    """(damaged, original) pairs in plain shuffled batches, as the reference's DataLoader(shuffle=True) gives them.
-    With --bucketing, batches of similar original length: less work on padding, but the loss is a mean over the
-    batch's tokens, so in a bucketed batch each sentence weighs about 1/B whatever its length. Only bucketing
-    tokenises the whole corpus first (its lengths); plain batches need only the number of sentences."""
-    dataset = denoising_pairs(sentences, encoder, args)
-    lengths = (data.token_lengths(encoder.tokenizer, sentences, encoder.max_length) if args.bucketing
-               else len(sentences))
-    return data.make_loader(dataset, lengths=lengths, collate=tsdae.collate_pairs,
-                            pad_id=encoder.bert.cfg.pad_token_id, batch_size=args.batch_size, seed=args.seed,
-                            device=device, bucketing=args.bucketing, workers=args.workers, rank=rank,
-                            world_size=world)
-
-
-def held_out_signals(kept_out: list[str], objective: tsdae.TSDAELoss, args: argparse.Namespace,
-                     device: torch.device) -> train.HeldOut | None:
-    """--heldout N: the kept-out lines, damaged once (as epoch 0 damages them, also with --noise-once: two runs that
-    differ in how training is damaged score the same damaged lines), in fixed batches, and the objective as the
-    main process computes it by itself (it alone evaluates)."""
-    if not kept_out:
-        return None
-    encoder = objective.encoder
-    pairs = tsdae.DenoisingDataset(kept_out, encoder.tokenizer, encoder.max_length, noise=args.noise,
-                                   ratio=args.noise_ratio, seed=args.seed)
-    batches = data.fixed_batches(pairs, collate=tsdae.collate_pairs, pad_id=encoder.bert.cfg.pad_token_id,
-                                 batch_size=args.batch_size, device=device)
-    return train.HeldOut(distributed.this_process_only(objective), batches, kept_out)
-
-
-def settings(args: argparse.Namespace, plain: tsdae.TSDAELoss, card: Callable, heldout: train.HeldOut | None,
-             steps: int) -> train.TrainSettings:
-    """The run's settings: the reference's AdamW at a constant lr (train.TrainSettings' defaults), the
-    evaluation the flags ask for (with the held-out signals), and the decoder saved beside model/
-    (examples/reconstruct.py reads it)."""
-    decoder = {"objective": type(plain).__name__, "tie": not args.untie, "normalisation": args.loss_normalisation,
-               "base_model": str(args.model or default_model_path()), "seed": args.seed, "noise": args.noise,
-               "noise_ratio": args.noise_ratio, "corpus": str(args.corpus)}
-    save_decoder = lambda run: tsdae.save_decoder(plain, run / "decoder", decoder)
-    eval_fn, log_fn = train.training_evaluation(args, heldout)
-    return train.TrainSettings(
-        out=Path(args.out), steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every, resume=args.resume,
-        micro_batch=args.micro_batch or 0, eval_every=args.eval_every, eval_fn=eval_fn, log_fn=log_fn,
-        keep_best=eval_fn is not None, higher_is_better=train.higher_is_better(args.eval_task), card=card,
-        save_with_model=save_decoder)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ Read top to bottom:
   1. the masking (§3.1, app. A.1)    mask_tokens: choose 15% of the tokens; 80% [MASK], 10% random, 10% unchanged
   2. the training items              MaskedDataset: each sentence's masks drawn from a generator of (seed, epoch, i)
   3. the loss (§3.1)                 MLMLoss: cross-entropy at the masked positions, the checkpoint's MLM head
-  4. the command                     make_parser, parse_args, main as a short list of steps, settings
+  4. the command                     make_parser, parse_args, main: lib/experiment.py's steps, then train.train
 
     python baselines/mlm.py --corpus FILE --model DIR --steps N --out runs/mlm
 
@@ -25,7 +25,7 @@ import argparse
 import random
 import sys
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 if __name__ == "__main__":  # run as a script: the repository root (model.py, data.py, lib/) on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -37,10 +37,9 @@ from tokenizers import Tokenizer  # noqa: E402
 
 import data  # noqa: E402
 import train  # noqa: E402
-from lib import cli, distributed  # noqa: E402
+from lib import cli, distributed, experiment  # noqa: E402
 from lib.corpus import open_corpus  # noqa: E402
 from lib.errors import UsageError  # noqa: E402
-from lib.weights import default_model_path  # noqa: E402
 from model import MLMHead, SentenceEncoder  # noqa: E402
 from speedups import fast  # noqa: E402
 
@@ -180,20 +179,49 @@ class MLMLoss(nn.Module):
 # 4. The command
 
 
+def main(argv: list[str] | None = None) -> int:
+    """An MLM run: the corpus, its masked sentences and MLMLoss (above), then the shared loop."""
+    args = parse_args(argv)
+    sentences = open_corpus(args.corpus, args.bad_lines)  # where each line is; its text stays on disk
+    if distributed.init()[1] > 1:  # under torchrun each process would average its own masked tokens
+        raise UsageError("baselines/mlm.py runs on one process; run it without torchrun")
+    device = experiment.check_run(args)  # bad input stops the run before a model is loaded or a file written
+    card = cli.model_card("MLM", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr)  # card.PAPERS["MLM"]
+    torch.manual_seed(args.seed)
+    plain, objective = build_objective(args, device)
+    loader = experiment.loader(MaskedDataset(sentences, plain.encoder.tokenizer, plain.encoder.max_length,
+                                             rate=args.mask_rate, seed=args.seed), collate_masked, plain.encoder,
+                               args, device)
+    # AdamW at a constant lr, no weight decay, gradients clipped to norm 1 (BERT clips too): TrainSettings' defaults
+    run = experiment.settings(args, loader, card, steps=args.steps, epochs=args.epochs, lr=args.lr,
+                              micro_batch=args.micro_batch or 0)
+    head = "the checkpoint's" if plain.head_from_checkpoint else "a new one (the checkpoint has none)"
+    experiment.say_start(f"MLM: {len(sentences)} sentences, MLM head: {head}", run, args, device)
+    train.train(plain.encoder, objective, loader, run, device)
+    experiment.say_done(run.out, "the MLM head is not saved there")
+    return 0
+
+
+def build_objective(args: argparse.Namespace, device: torch.device) -> tuple[MLMLoss, MLMLoss]:
+    """(the plain objective, the one that trains): MLMLoss on the encoder of --model; what trains runs the encoder
+    as speedups/fast.py's PackedBert (the same parameters and numbers, no work on padding) unless --plain."""
+    encoder = experiment.load_encoder(args.model, pooling=args.pooling, max_length=args.max_length, mlm_head=True)
+    plain = MLMLoss(encoder)
+    if args.plain:
+        return plain, plain
+    return plain, fast.replaced(plain, encoder=fast.speed_up_encoder(encoder, device))
+
+
 def make_parser() -> cli.ArgumentParser:
-    p = cli.ArgumentParser(
-        description="Continue BERT's masked-language-model pre-training (arXiv:1810.04805 §3.1) on unlabelled "
-                    "sentences, one per line: the baseline the TSDAE paper compares with (arXiv:2104.06979 §6).",
-        formatter_class=cli.HelpFormatter,
-    )
+    p = cli.ArgumentParser(description="Continue BERT's masked-language-model pre-training (arXiv:1810.04805 §3.1) on"
+                                       " unlabelled sentences, one per line: the baseline the TSDAE paper compares "
+                                       "with (arXiv:2104.06979 §6).")
     p.add_argument("--corpus", required=True, help="UTF-8 text file, one sentence per line")
     p.add_argument("--model", default=None,
                    help="a BERT, RoBERTa, XLM-R, DistilBERT or ELECTRA checkpoint: a local folder or a Hub id; its "
                         "masked-LM head is used when it has one, else a new head is trained (default: the shipped "
                         "all-MiniLM-L6-v2, which has none)")
-    p.add_argument("--epochs", type=int, default=1, help="passes over the corpus (ignored when --steps is given)")
-    p.add_argument("--steps", type=int, default=None,
-                   help="optimiser steps in total (default: one epoch, corpus size / batch size)")
+    cli.add_length_arguments(p, passes_over="the corpus")
     p.add_argument("--batch-size", type=int, default=8,
                    help="sentences per step, TSDAE's (its paper, app. B), so that both pre-trainings see the same "
                         "sentences per step (BERT pre-trained with 256 sequences, §A.2)")
@@ -212,75 +240,21 @@ def make_parser() -> cli.ArgumentParser:
                    help="forward and backward each batch N sentences at a time, each part weighted by its share of the "
                         "batch's masked tokens, in the memory of N sentences: the same loss and gradient to 1e-5 "
                         "without dropout; with dropout each part draws its own")
-    cli.add_run_arguments(p, out="runs/mlm")
-    p.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
-                   help="what to do with corpus lines that are not UTF-8")
-    p.set_defaults(eval_task=None, eval_data=None)  # no model selection here (cli.model_card reads these two)
+    cli.add_run_arguments(p, out="runs/mlm", inputs="corpus lines")
+    # no model selection here: the selection flags' values when none is given (lib/experiment.py reads them)
+    p.set_defaults(eval_task=None, eval_data=None, heldout=0, eval_every=0, log_alignment=False)
     return p
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags, each in its range; --max-length leaves room for a token to predict."""
     p = make_parser()
-    args = p.parse_args(argv)
-    cli.check_arguments(p, args, positive=("lr", "mask_rate"), at_least_one=("epochs", "steps", "batch_size", "micro_batch"),
+    args = cli.parse_args(p, argv, positive=("lr", "mask_rate"), at_least_one=("epochs", "steps", "batch_size", "micro_batch"),
                         ratios=("mask_rate",))
     if args.max_length < 3:
         p.error(f"--max-length must be at least 3: the start token, one token to predict, the end token "
                 f"(got {args.max_length})")
     return args
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    # check every input first: bad input stops the run before any model is loaded or any file is written
-    sentences = open_corpus(args.corpus, args.bad_lines)  # where each line is; its text stays on disk
-    device = cli.device(args.device)
-    check_one_process()
-    cli.check_out_folder(Path(args.out), args.resume, args.overwrite)
-    card = cli.model_card("MLM", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr)  # card.PAPERS["MLM"]
-    torch.manual_seed(args.seed)
-    plain, objective = build_objective(args, device)
-    loader = masked_loader(sentences, plain.encoder, args, device)
-    run = settings(args, card, steps=args.steps or args.epochs * len(loader.batch_sampler))
-    head = "the checkpoint's" if plain.head_from_checkpoint else "a new one (the checkpoint has none)"
-    print(f"MLM: {len(sentences)} sentences, {run.steps} steps of {args.batch_size} on {device}"
-          f"{' (plain path)' if args.plain else ''}, MLM head: {head}; saving to {run.out}")
-    train.train(plain.encoder, objective, loader, run, device)
-    print(f"done: encoder saved to {run.out / 'model'} (the MLM head is not saved there)")
-    return 0
-
-
-def check_one_process() -> None:
-    """This baseline trains on one process: under torchrun each process would average its own masked tokens."""
-    if distributed.init()[1] > 1:
-        raise UsageError("baselines/mlm.py runs on one process; run it without torchrun")
-
-
-def build_objective(args: argparse.Namespace, device: torch.device) -> tuple[MLMLoss, MLMLoss]:
-    """(the plain objective, the one that trains): MLMLoss on the encoder of --model; what trains runs the encoder
-    as speedups/fast.py's PackedBert (the same parameters and numbers, no work on padding) unless --plain."""
-    encoder = SentenceEncoder.from_pretrained(args.model or default_model_path(), pooling=args.pooling,
-                                              max_length=args.max_length)
-    plain = MLMLoss(encoder)
-    if args.plain:
-        return plain, plain
-    return plain, fast.replaced(plain, encoder=fast.speed_up_encoder(encoder, device))
-
-
-def masked_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argparse.Namespace,
-                  device: torch.device) -> torch.utils.data.DataLoader:
-    """The masked sentences in plain shuffled batches (data.BatchSampler, as tsdae.py's default)."""
-    dataset = MaskedDataset(sentences, encoder.tokenizer, encoder.max_length, rate=args.mask_rate, seed=args.seed)
-    return data.make_loader(dataset, lengths=len(sentences), collate=collate_masked,
-                            pad_id=encoder.bert.cfg.pad_token_id, batch_size=args.batch_size, seed=args.seed,
-                            device=device, bucketing=False, workers=args.workers)
-
-
-def settings(args: argparse.Namespace, card: Callable, steps: int) -> train.TrainSettings:
-    """The run's settings: AdamW at a constant lr, no weight decay, gradients clipped to norm 1 (BERT clips too),
-    train.TrainSettings' defaults, as tsdae.py."""
-    return train.TrainSettings(out=Path(args.out), steps=steps, lr=args.lr, amp=args.amp, save_every=args.save_every,
-                               resume=args.resume, micro_batch=args.micro_batch or 0, card=card)
 
 
 if __name__ == "__main__":

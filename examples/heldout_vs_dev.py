@@ -4,7 +4,7 @@
     python examples/heldout_vs_dev.py runs/a [runs/b ...]
 
 A run trained with --heldout N and --eval-data logs, at each evaluation, the dev score ("eval", stsb-dev by
-default) beside the held-out signals (heldout-loss, heldout-uniformity; train.HeldOut), and every step's
+default) beside the held-out signals (heldout-loss, heldout-uniformity; lib.selection.HeldOut), and every step's
 training loss. For each signal this prints its Spearman rank correlation with the dev score over the run's
 evaluations, signed so that +1 means "lower signal, higher dev score, always" (all three are lower-is-better),
 and what selecting on it would give: the dev score at the step of its lowest value, beside the best dev score.

@@ -32,9 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import train  # noqa: E402
 from arms import mean_sd, run_plan, training, verdict  # noqa: E402
-from lib import cli  # noqa: E402
+from lib import cli, run  # noqa: E402
 from lib.corpus import normalise_whitespace  # noqa: E402
 from lib.datafiles import load_stsb, sts_corpus  # noqa: E402
 
@@ -107,7 +106,7 @@ def pretraining(method: str, seed: int, corpus: Path, args: argparse.Namespace) 
     pooling = ["--pooling", "mean"] if method == "tsdae" else []
     flags = ["--corpus", str(corpus), "--model", args.model, "--steps", str(args.steps), "--batch-size", "8",
              "--lr", str(lr), "--seed", str(seed), *pooling]
-    return folder / "model", [] if train.finished(folder) else [("pretrain", training(script, folder, flags))]
+    return folder / "model", [] if run.finished(folder) else [("pretrain", training(script, folder, flags))]
 
 
 def fine_tuning(method: str, k: str, seed: int, start: Path, labelled: Path,

@@ -4,7 +4,8 @@ methods, model.py, data.py and the rest of lib/ know no command line.
 
   ArgumentParser, HelpFormatter   argparse with one-line errors, and --help with each default shown once
   add_run_arguments               the flags every training run has (--out, --resume, --device, --amp, ...)
-  check_arguments                 numbers in range, one line per mistake
+  add_length_arguments, add_selection_arguments   --epochs and --steps; evaluation during training
+  parse_args, check_arguments     argparse, then numbers in range, one line per mistake
   check_out_folder                a run folder is never silently reused
   model_card                      what a run's saved models say of how they were made (README.md, card.py)
   non_default_settings, command_line   the run's arguments as the card lists them
@@ -33,7 +34,11 @@ from lib.errors import CorpusError, UsageError
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with a one-line error: "tsdae.py: error: ... (see --help)" instead of the usage block first."""
+    """argparse with a one-line error: "tsdae.py: error: ... (see --help)" instead of the usage block first, and
+    --help as HelpFormatter writes it."""
+
+    def __init__(self, *args, formatter_class: type[argparse.HelpFormatter] | None = None, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class or HelpFormatter, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -52,8 +57,11 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: {default})"
 
 
-def add_run_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, out: str) -> None:
-    """Flags for how a training run goes, on a parser or argument group."""
+def add_run_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, out: str, inputs: str) -> None:
+    """Flags for how a training run goes, on a parser or argument group; --bad-lines says what it does with the
+    lines of its text `inputs` that are not UTF-8."""
+    p.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
+                   help=f"what to do with {inputs} that are not UTF-8")
     p.add_argument("--out", default=out, help="run folder: model/ (the trained encoder), checkpoint/ (to resume), "
                                               "log.jsonl (every step)")
     p.add_argument("--resume", action="store_true",
@@ -69,6 +77,14 @@ def add_run_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, out:
     p.add_argument("--save-every", type=int, default=1000, help="write a resumable checkpoint every N steps (0: at the end)")
     p.add_argument("--plain", action="store_true",
                    help="run the plain reading path (model.py, the method's file) instead of fast.py's equal, faster pieces")
+
+
+def add_length_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, passes_over: str,
+                         paper: str = "") -> None:
+    """--epochs and --steps: how long a run trains (`paper`: the paper's own number of steps, said in --help)."""
+    p.add_argument("--epochs", type=int, default=1, help=f"passes over {passes_over} (ignored when --steps is given)")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"optimiser steps in total (default: the epochs' batches{f'; the paper: {paper}' if paper else ''})")
 
 
 def add_selection_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, eval_every: int, what: str) -> None:
@@ -139,6 +155,14 @@ def command_line(argv: list[str] | None = None) -> str:
     return shlex.join(["python", sys.argv[0], *map(str, args)])
 
 
+def parse_args(p: argparse.ArgumentParser, argv: list[str] | None, **ranges: tuple[str, ...]) -> argparse.Namespace:
+    """p.parse_args(argv), then each number in its range (check_arguments' positive=, at_least_one=, ratios=,
+    not_negative=)."""
+    args = p.parse_args(argv)
+    check_arguments(p, args, **ranges)
+    return args
+
+
 def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace, positive: tuple[str, ...] = (),
                     at_least_one: tuple[str, ...] = (), ratios: tuple[str, ...] = (),
                     not_negative: tuple[str, ...] = ()) -> None:
@@ -171,7 +195,7 @@ def evaluates(args: argparse.Namespace) -> bool:
 
 def check_selection(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """--eval-task's default (stsb-dev with --eval-data, else heldout-loss with --heldout, else nothing is
-    evaluated), and the held-out tasks' need for --heldout. Which tasks have dev data: train.check_dev_task."""
+    evaluated), and the held-out tasks' need for --heldout. Which tasks have dev data: lib.selection.check_dev_task."""
     if args.heldout < 0:
         p.error(f"--heldout must be 0 or more (got {args.heldout})")
     if args.eval_task is None:
@@ -228,7 +252,7 @@ def run(main: Callable[[], int]) -> None:
     """A script's entry point: a user's mistake (bad corpus, bad model folder, NaN loss) ends in one line."""
     try:
         sys.exit(main())
-    except (ModelLoadError, UsageError) as e:  # a UsageError: CorpusError and train.TrainingStopped too
+    except (ModelLoadError, UsageError) as e:  # a UsageError: CorpusError and TrainingStopped too
         sys.exit(f"error: {e}")
     except NotImplementedError as e:  # a student copy's blanked exercise (assignments.py) on the training path
         if not str(e).startswith("Exercise "):  # torch's own (an operation it lacks): a bug, shown whole

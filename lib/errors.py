@@ -10,6 +10,11 @@ class UsageError(Exception):
     batch too small for the processes). The message is one line, meant for the user."""
 
 
+class TrainingStopped(UsageError):
+    """Training ended early (a NaN loss, a failed write, a corpus changed under the run). The last good checkpoint
+    is kept."""
+
+
 class CorpusError(UsageError):
     """A corpus or input file that cannot be used (missing, binary, not UTF-8, malformed)."""
 

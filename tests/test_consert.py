@@ -15,6 +15,7 @@ import consert
 import consert_train
 import data
 import train
+from lib.run import finished
 from consert import ConSERTLoss, View, nt_xent
 from model import SentenceEncoder, pool
 from lib.corpus import read_corpus
@@ -637,7 +638,7 @@ def test_early_stopping_after_patience_evaluations_without_a_better_score(tiny_m
     # step 6: 51, 2 without improvement: patience ran out
     assert state.step == 6 and state.best == 52.0 and state.done
     assert [(r["step"], r["eval"]) for r in log(tmp_path) if "eval" in r] == [(2, 50.0), (4, 52.0), (6, 51.0)]
-    assert train.finished(tmp_path) and (tmp_path / "best").exists()
+    assert finished(tmp_path) and (tmp_path / "best").exists()
     settings.eval_every, settings.out, scores = 3, tmp_path / "b", iter(range(100))  # steps 3 and 4 of each epoch
     train.train(encoder, obj, loader, dataclasses.replace(settings, steps=9, eval_fn=lambda e: next(scores)),
                 torch.device("cpu"))

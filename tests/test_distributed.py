@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import data
-import train
+from lib.run import read_progress
 from lib.weights import read_safetensors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +77,7 @@ def test_checkpoint_written_once_and_resumable_on_any_number_of_processes(tiny_m
     launch("tsdae.py", 1, *common, "--steps", 8, "--out", tmp_path / "straight")
     launch("tsdae.py", 2, *common, "--steps", 3, "--out", tmp_path / "a")
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["checkpoint", "decoder", "log.jsonl", "model"]
-    assert train.read_progress(tmp_path / "a" / "checkpoint").step == 3
+    assert read_progress(tmp_path / "a" / "checkpoint").step == 3
     # continue on 1 process, then on 2 again
     launch("tsdae.py", 1, *common, "--steps", 6, "--resume", "--out", tmp_path / "a")
     launch("tsdae.py", 2, *common, "--steps", 8, "--resume", "--out", tmp_path / "a")

@@ -19,7 +19,7 @@ import torch
 
 from lib import align_uniform, cli
 import evaluate
-import train
+from lib.run import RunState
 import tsdae_train
 from lib.card import PAPERS, ModelCard, corpus_fingerprint, model_card_text, write_model_card, yaml_string
 from lib.datafiles import load_stsb
@@ -235,13 +235,13 @@ def test_a_trained_card_carries_the_base_models_licence_and_the_codes(tmp_path, 
     base folder without a card leaves the weights' licence out and says to check it."""
     args = tsdae_train.parse_args(["--corpus", str(small_corpus)])
     meta = front_matter_of(model_card_text(cli.model_card("TSDAE", tsdae_train.make_parser(), args, [], ["a"],
-                                                          pooling="cls", lr=1e-5)(train.RunState(steps=1))))
+                                                          pooling="cls", lr=1e-5)(RunState(steps=1))))
     assert meta["license"] == "apache-2.0" and meta["code_license"] == "mit"
     bare = tmp_path / "bare"
     shutil.copytree(minilm_path, bare, ignore=shutil.ignore_patterns("README.md"))
     args = tsdae_train.parse_args(["--corpus", str(small_corpus), "--model", str(bare)])
     text = model_card_text(cli.model_card("TSDAE", tsdae_train.make_parser(), args, [], ["a"], pooling="cls",
-                                          lr=1e-5)(train.RunState(steps=1)))
+                                          lr=1e-5)(RunState(steps=1)))
     assert "license" not in front_matter_of(text) and "its licence was not found" in text
 
 

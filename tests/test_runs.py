@@ -12,10 +12,12 @@ import pytest
 
 import consert_train
 import train
+from lib import selection
+from lib.run import RunFolder, finished, read_progress
 import tsdae_train
 from lib import datafiles
 from lib.corpus import hold_out, open_corpus
-from lib.errors import UsageError
+from lib.errors import TrainingStopped, UsageError
 from model import SentenceEncoder
 
 
@@ -101,12 +103,12 @@ def test_a_failed_write_of_the_model_at_the_end_resumes_to_the_same_result(tiny_
         return real_save(self, out_dir, *args, **kwargs)
 
     monkeypatch.setattr(SentenceEncoder, "save_pretrained", full_disk)
-    with pytest.raises(train.TrainingStopped, match="could not write .*model"):
+    with pytest.raises(TrainingStopped, match="could not write .*model"):
         tsdae_train.main(common + ["--out", str(tmp_path / "b")])
-    assert not train.finished(tmp_path / "b") and train.read_progress(tmp_path / "b" / "checkpoint").step == 3
+    assert not finished(tmp_path / "b") and read_progress(tmp_path / "b" / "checkpoint").step == 3
     monkeypatch.setattr(SentenceEncoder, "save_pretrained", real_save)
     tsdae_train.main(common + ["--out", str(tmp_path / "b"), "--resume"])
-    assert train.finished(tmp_path / "b") and logged_steps(tmp_path / "b") == [1, 2, 3]
+    assert finished(tmp_path / "b") and logged_steps(tmp_path / "b") == [1, 2, 3]
     straight = folder_bytes(tmp_path / "straight" / "model")
     resumed = folder_bytes(tmp_path / "b" / "model")
     assert resumed["model.safetensors"] == straight["model.safetensors"]
@@ -134,20 +136,20 @@ def test_a_corpus_rewritten_between_two_steps_ends_the_run_in_one_line_with_a_ch
                                                                                        tmp_path, monkeypatch):
     corpus = tmp_path / "corpus.txt"
     shutil.copy(small_corpus, corpus)
-    real_after_step = train.RunFolder.after_step
+    real_after_step = RunFolder.after_step
 
     def edit_after_step_2(self, state, record):
         real_after_step(self, state, record)
         if state.step == 2:  # someone saves the file in an editor
             corpus.write_text(corpus.read_text(encoding="utf-8").replace("the", "THE"), encoding="utf-8")
 
-    monkeypatch.setattr(train.RunFolder, "after_step", edit_after_step_2)
-    with pytest.raises(train.TrainingStopped) as stopped:
+    monkeypatch.setattr(RunFolder, "after_step", edit_after_step_2)
+    with pytest.raises(TrainingStopped) as stopped:
         tsdae_train.main(["--corpus", str(corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path / "o"),
                           "--batch-size", "4", "--steps", "8", "--save-every", "0"])
     message = str(stopped.value)
     assert "\n" not in message and "changed after it was read" in message and "stopped after step 2" in message
-    assert train.read_progress(tmp_path / "o" / "checkpoint").step == 2 and (tmp_path / "o" / "model").is_dir()
+    assert read_progress(tmp_path / "o" / "checkpoint").step == 2 and (tmp_path / "o" / "model").is_dir()
 
 
 # ---------------------------------------------------------------- the schedule and the selection flags
@@ -165,7 +167,7 @@ def test_log_alignment_reads_sts_b_dev_never_test(monkeypatch, data_dir):
     real_load = datafiles.load_stsb
     monkeypatch.setattr(datafiles, "load_stsb", lambda path: read.append(Path(path).name) or real_load(path))
     args = Namespace(eval_task=None, eval_data=str(data_dir), log_alignment=True)
-    train.training_evaluation(args, None)
+    selection.training_evaluation(args, None)
     assert read == ["sts-dev.csv"]
 
 

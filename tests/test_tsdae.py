@@ -16,13 +16,14 @@ import torch.nn.functional as F
 import data
 from speedups import fast
 import train
+from lib.run import read_progress
 import tsdae
 import tsdae_train
 from lib import weights
 from lib.weights import load_tokenizer
 from model import Bert, BertConfig, SentenceEncoder
 from conftest import losses_with_scrambled_token_states
-from train import TrainingStopped
+from lib.errors import TrainingStopped
 from tsdae import TSDAELoss
 from lib.corpus import read_corpus
 from lib import datafiles
@@ -479,7 +480,7 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tiny_model_dir, small_corpus, 
     with pytest.raises(TrainingStopped, match="loss became nan at step 5"):
         tsdae_train.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
                     "--steps", "10", "--save-every", "2"])
-    assert train.read_progress(tmp_path / "checkpoint").step == 4
+    assert read_progress(tmp_path / "checkpoint").step == 4
     SentenceEncoder.from_pretrained(tmp_path / "checkpoint" / "encoder")  # a loadable model
 
 
@@ -502,7 +503,7 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_the_model(how, tiny_model_dir,
         tsdae_train.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
                     "--steps", "10", "--save-every", "0"])
     # Ctrl-C inside a step stops at once; SIGTERM lets the step finish first
-    assert train.read_progress(tmp_path / "checkpoint").step == (3 if how == "ctrl-c" else 4)
+    assert read_progress(tmp_path / "checkpoint").step == (3 if how == "ctrl-c" else 4)
     saved = SentenceEncoder.from_pretrained(tmp_path / "model").bert.state_dict()
     for name, tensor in SentenceEncoder.from_pretrained(tmp_path / "checkpoint" / "encoder").bert.state_dict().items():
         assert torch.equal(saved[name], tensor), name  # OUT/model is the interrupted run's encoder

@@ -1,0 +1,117 @@
+"""What every experiment does, written once. The `main` of tsdae_train.py, consert_train.py, finetune_train.py and
+baselines/mlm.py reads its inputs, then calls these steps in order, then train.train itself:
+
+  check_run         before anything is loaded: --eval-task has dev data, --device exists, OUT is free
+  hold_out          --heldout N: the items kept out of training, said in one line
+  load_encoder      --model (default: the shipped all-MiniLM-L6-v2) as a SentenceEncoder
+  loader            the training batches (data.make_loader) from the common flags
+  held_out_signals  the kept-out items in fixed batches: the dev signals of lib.selection.HeldOut
+  settings          train.TrainSettings: the method's recipe, and what the common flags say (FIT: sentence-
+                    transformers' recipe, which ConSERT's official code and fine-tuning follow)
+  say_start, say_done   the run's first and last line
+
+What is left in each script is its own: its flags, its objective, its batches (and ConSERT's stage table).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+import data
+import train
+from lib import cli, corpus, distributed, selection
+from lib.weights import default_model_path
+from model import SentenceEncoder
+
+# sentence-transformers' fit, which the official ConSERT code runs and finetune.py follows: AdamW with eps 1e-6 and
+# weight decay 0.01, a linear warm-up over 10% of the steps, then linear decay to 0; gradients clipped to norm 1
+FIT = dict(weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1, schedule="linear", grad_clip=1.0)
+
+
+def check_run(args: argparse.Namespace) -> torch.device:
+    """What every run checks once its inputs are read, before a model is loaded or a file written: --eval-task has
+    dev data (and, with --eval-data, its files are there), --device is one this machine has, OUT holds no run (or
+    --resume / --overwrite says what to do with it). Returns the device."""
+    selection.check_dev_task(args.eval_task, args.eval_data)
+    device = cli.device(args.device)
+    cli.check_out_folder(Path(args.out), args.resume, args.overwrite)
+    return device
+
+
+def hold_out(items: Sequence, args: argparse.Namespace, what: str) -> tuple[Sequence, list]:
+    """--heldout N: (the items that train, the N kept out; lib.corpus.hold_out), said in one line: N `what` kept out,
+    and how many more left out of training because they repeat one of their sentences."""
+    trained, kept_out = corpus.hold_out(items, args.heldout)
+    if kept_out and distributed.rank() == 0:
+        print(f"--heldout {args.heldout}: {len(kept_out)} {what} kept out of training, and "
+              f"{len(items) - len(kept_out) - len(trained)} more that repeat one of their sentences")
+    return trained, kept_out
+
+
+def load_encoder(model: str | Path | None, pooling: str | None, max_length: int | None,
+                 mlm_head: bool = False) -> SentenceEncoder:
+    """--model's encoder (a folder or a Hub id; None: the shipped all-MiniLM-L6-v2). A checkpoint's masked-LM head is
+    kept only with `mlm_head` (baselines/mlm.py trains it): nothing else uses it, and DDP wants no idle weights."""
+    encoder = SentenceEncoder.from_pretrained(model or default_model_path(), pooling=pooling, max_length=max_length)
+    if not mlm_head:
+        encoder.bert.mlm_head = None
+    return encoder
+
+
+def loader(dataset: torch.utils.data.Dataset, collate: Callable, encoder: SentenceEncoder, args: argparse.Namespace,
+           device: torch.device, lengths: Sequence[int] | None = None) -> torch.utils.data.DataLoader:
+    """The training batches of `dataset`: plain shuffled batches of --batch-size, as a DataLoader(shuffle=True) gives
+    them, or with each item's token `lengths` (--bucketing), batches of similar length. Under torchrun this process's
+    share of each batch. data.make_loader with the common flags (--seed, --workers)."""
+    return data.make_loader(dataset, lengths=len(dataset) if lengths is None else lengths, collate=collate,
+                            pad_id=encoder.bert.cfg.pad_token_id, batch_size=args.batch_size, seed=args.seed,
+                            device=device, bucketing=lengths is not None, workers=args.workers,
+                            rank=distributed.rank(), world_size=distributed.world_size())
+
+
+def held_out_signals(objective: torch.nn.Module, dataset: torch.utils.data.Dataset, collate: Callable,
+                     sentences: Sequence[str], args: argparse.Namespace,
+                     device: torch.device) -> selection.HeldOut | None:
+    """--heldout N: the kept-out items (`dataset`, built as epoch 0 builds them) in fixed batches, their `sentences`,
+    and the objective as the main process computes it by itself (it alone evaluates). None without --heldout."""
+    if not len(dataset):
+        return None
+    batches = data.fixed_batches(dataset, collate=collate, pad_id=objective.encoder.bert.cfg.pad_token_id,
+                                 batch_size=args.batch_size, device=device)
+    return selection.HeldOut(distributed.this_process_only(objective), batches, list(sentences))
+
+
+def settings(args: argparse.Namespace, batches: torch.utils.data.DataLoader, card: Callable,
+             heldout: selection.HeldOut | None = None, *, steps: int | None, epochs: int, lr: float,
+             out: Path | None = None, resume: bool | None = None, eval_pooling: str | None = None,
+             **recipe) -> train.TrainSettings:
+    """train.TrainSettings of a run: `steps`, else `epochs` passes over the loader's `batches`, at peak `lr`, with the
+    method's `recipe` (its optimiser's settings, what it saves beside model/) and what the common flags say: OUT
+    (or `out`), --resume (or `resume`), --amp, --save-every, and the evaluation the selection flags ask for
+    (lib.selection.training_evaluation; with `eval_pooling`, the same weights pooled so for scoring), its best
+    encoder kept in best/."""
+    eval_fn, log_fn = selection.training_evaluation(args, heldout)
+    if eval_fn and eval_pooling:
+        score = eval_fn
+        eval_fn = lambda enc: score(SentenceEncoder(enc.bert, enc.tokenizer, eval_pooling, enc.max_length))
+    return train.TrainSettings(
+        out=Path(out or args.out), steps=steps or epochs * len(batches.batch_sampler), lr=lr, amp=args.amp,
+        save_every=args.save_every, resume=args.resume if resume is None else resume, eval_every=args.eval_every,
+        eval_fn=eval_fn, log_fn=log_fn, keep_best=eval_fn is not None,
+        higher_is_better=selection.higher_is_better(args.eval_task), card=card, **recipe)
+
+
+def say_start(what: str, run: train.TrainSettings, args: argparse.Namespace, device: torch.device) -> None:
+    """The run's first line: what trains, how many steps of how many items, where, and into which folder."""
+    if distributed.rank() == 0:
+        print(f"{what}: {run.steps} steps of {args.batch_size} at lr {run.lr:g} on {distributed.world_size()} x "
+              f"{device}{' (plain path)' if args.plain else ''}; saving to {run.out}")
+
+
+def say_done(out: Path, note: str) -> None:
+    """The run's last line: where its encoder is."""
+    if distributed.rank() == 0:
+        print(f"done: encoder saved to {Path(out) / 'model'} ({note})")
