@@ -14,7 +14,7 @@ What a document may write, and how it is read:
                   and its make_parser() (or the module it hands over to with runpy.run_module: tsdae.py ->
                   tsdae_train) parses ARGS, through the module's parse_args when it has one (its range checks too).
                   `python -c CODE` runs CODE's imports only.
-  names           `inline code` naming this repository's module.attribute (train.HeldOut, lib.corpus.hold_out)
+  names           `inline code` naming this repository's module.attribute (lib.selection.HeldOut, lib.corpus.hold_out)
                   must resolve, and a path into one of its folders (lib/download.py, tests/test_useb.py) must exist.
   placeholders    `[--flag X]` is given, `a|b` is a; a one-letter capital (N, B) is the number 2; other capitals
                   (DIR, FILE, MINI, $MINI) are strings, as argparse takes them; a command with `...` in it is
