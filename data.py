@@ -60,13 +60,15 @@ def pad(batch: Sequence[Sequence[int]], pad_id: int, multiple: int = 1) -> tuple
 # ----------------------------------------------------------------------------
 # Batching: length buckets that keep the epoch random
 
+POOL_BATCHES = 64  # with bucketing: the batches' worth of shuffled sentences sorted by length together
+
 
 class BatchSampler:
     """Yields, step by step, this process's share of each batch: a list of (epoch, corpus index) keys.
 
     Each epoch: shuffle the corpus and cut it into batches, the last one shorter when the corpus does not divide
     (as DataLoader(shuffle=True) does, which the reference codes use). With `bucketing`, first cut the shuffled
-    corpus into pools of `pool_batches` batches and sort each pool by length, then shuffle the order of all
+    corpus into pools of POOL_BATCHES batches and sort each pool by length, then shuffle the order of all
     batches: sentences in a batch have similar lengths (little padding), though which meet is still random.
     The order depends only on (seed, epoch), so a resumed run can skip exactly the batches it has seen.
     Without bucketing only the number of sentences matters: `lengths` can be that number, which spares the
@@ -77,7 +79,7 @@ class BatchSampler:
     """
 
     def __init__(self, lengths: Sequence[int] | int, batch_size: int, seed: int = 0, bucketing: bool = False,
-                 pool_batches: int = 64, rank: int = 0, world_size: int = 1):
+                 rank: int = 0, world_size: int = 1):
         """lengths: each sentence's token count (token_lengths), or, without bucketing, just how many there are."""
         self.count = lengths if isinstance(lengths, int) else len(lengths)
         self.lengths = None if isinstance(lengths, int) else np.asarray(lengths)
@@ -86,13 +88,9 @@ class BatchSampler:
         if min(self.count, batch_size) < world_size:
             raise UsageError(f"the batch ({batch_size}) and the corpus ({self.count} sentences) must have at least "
                               f"one sentence for each of the {world_size} processes")
-        self.batch_size, self.seed, self.bucketing, self.pool_batches = batch_size, seed, bucketing, pool_batches
+        self.batch_size, self.seed, self.bucketing = batch_size, seed, bucketing
         self.rank, self.world_size = rank, world_size
         self.epoch, self.skip = 0, 0
-
-    def batches(self, epoch: int) -> list[list[int]]:
-        """Every (global) batch of the epoch, in order."""
-        return list(self.iter_batches(epoch))
 
     def iter_batches(self, epoch: int, skip: int = 0) -> Iterator[list[int]]:
         """The (global) batches of the epoch in order, from its `skip`-th on. Each is cut from the epoch's one
@@ -106,7 +104,7 @@ class BatchSampler:
         if not self.bucketing:
             yield from map(cut, range(skip, steps))
             return
-        pool = size * self.pool_batches
+        pool = size * POOL_BATCHES
         order = np.concatenate([
             chunk[np.argsort(self.lengths[chunk], kind="stable")]
             for chunk in np.array_split(order, range(pool, len(order), pool))

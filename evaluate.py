@@ -1,37 +1,35 @@
 """Score sentence embeddings the way the TSDAE and ConSERT papers do.
 
-STS (ConSERT's table, SentEval data): Spearman x 100 between gold scores and the
-cosine similarity of the two sentence embeddings, on STS12-16, the STS benchmark
-and SICK-R; "avg7" is the unweighted mean of those seven.
-Ranking (TSDAE's table, the USEB protocol): AskUbuntu MAP (plus P@1, P@5, MRR)
-after re-ranking 20 BM25 candidates by cosine; TwitterPara average precision.
-USEB itself (TSDAE's tab. 2, the `useb` package's scores to the digit): useb-askubuntu,
-useb-cqadupstack, useb-twitterpara, useb-scidocs on USEB's own data-eval, `--split test|valid`.
-Your own data: rerank:PATH (a re-ranking jsonl: MAP); sts:PATH, pairs of sentences with a score (Spearman, as
-sentence-transformers' EmbeddingSimilarityEvaluator computes its spearman_cosine); pairs:PATH, pairs with a 0/1
-label (average precision, as its BinaryClassificationEvaluator computes cosine_ap). sts: and pairs: read TSV, CSV
-or JSONL files whose columns are named sentence1, sentence2 and score or label (lib/datafiles.py: read_rows).
+STS (ConSERT's table, SentEval data): Spearman x 100 between gold scores and the cosine similarity of the two
+sentence embeddings, on STS12-16, the STS benchmark and SICK-R; "avg7" is the unweighted mean of those seven.
+Ranking (TSDAE's table, the USEB protocol): AskUbuntu MAP (plus P@1, P@5, MRR) after re-ranking 20 BM25 candidates
+by cosine; TwitterPara average precision. USEB itself (TSDAE's tab. 2, the `useb` package's scores to the digit):
+useb-askubuntu, useb-cqadupstack, useb-twitterpara, useb-scidocs on USEB's own data-eval, `--split test|valid`.
+Your own data: rerank:PATH (a re-ranking jsonl: MAP); sts:PATH, pairs with a score (Spearman, as
+sentence-transformers' EmbeddingSimilarityEvaluator); pairs:PATH, pairs with a 0/1 label (average precision, as
+its BinaryClassificationEvaluator). TSV, CSV or JSONL with the columns sentence1, sentence2, score or label.
 
     python evaluate.py --tasks all --json scores.json      # default model: all-MiniLM-L6-v2
-    python evaluate.py --model out/tsdae --tasks stsb,sickr
-    python evaluate.py --model out/tsdae --tasks sts:my_test.tsv,pairs:my_duplicates.csv
-    python evaluate.py --model out/tsdae --tasks useb --split valid   # USEB's dev data
+    python evaluate.py --model runs/tsdae/model --tasks stsb,sickr          # a training run's OUT/model
+    python evaluate.py --model runs/tsdae/model --tasks sts:my_test.tsv,pairs:my_duplicates.csv
+    python evaluate.py --model runs/tsdae/model --tasks useb --split valid  # USEB's dev data
+    python evaluate.py --fetch-data data                   # the public data sets (lib/download.py)
 
 From Python (e.g. between training steps), any object with
 `encode(sentences, batch_size=..., show_progress=...) -> (N, d) tensor` works:
 
-    from evaluate import evaluate, stsb_dev_spearman
+    from evaluate import evaluate
     scores = evaluate(encoder, ["sts12", "stsb"], data_dir)   # {"sts12": 60.1, ..., "details": {...}}
-    dev = stsb_dev_spearman(encoder)                           # one float, Spearman x 100
     useb_dev = evaluate(encoder, ["useb-askubuntu"], data_dir, split="valid")["useb-askubuntu"]
 
-Data layout: the README's "Data" section; protocol details: docs/evaluation.md.
+The data folder's layout and sources, and the protocol details: docs/evaluation.md. The files: lib/datafiles.py
+(readers), lib/taskfiles.py (which task reads what; your own files), lib/useb.py (USEB's), lib/download.py.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -41,30 +39,18 @@ import torch
 import torch.nn.functional as F
 from scipy.stats import pearsonr, spearmanr
 
-from lib import cli, useb
+from lib import cli, download, useb
 from lib.align_uniform import POSITIVE_SCORE, alignment_uniformity_of
-from lib.datafiles import (STS_SUBSETS, load_askubuntu_queries, load_askubuntu_titles, load_pit2015, load_rerank_jsonl,
-                           load_sick, load_stsb, load_sts_year, load_twitter_url, read_binary_pairs, read_scored_pairs,
-                           want)
+from lib.datafiles import (STS_SUBSETS, STSB_SPLITS, load_askubuntu, load_pit2015, load_rerank_jsonl, load_sick,
+                           load_stsb, load_sts_year, load_twitter_url)
 from lib.errors import CorpusError, DataFormatError, DataMissingError
+from lib.taskfiles import check_own_file, default_data_dir, load_pairs_file, load_sts_file, missing_file, own_file
 from lib.weights import default_model_path
 from model import SentenceEncoder
 from speedups import fast
 
-HERE = Path(__file__).resolve().parent
-
-# ---------------------------------------------------------------------------
-# The data folder (its files' readers: lib/datafiles.py)
-# ---------------------------------------------------------------------------
-
-def default_data_dir() -> Path:
-    """$EVAL_DATA_DIR, else data/ in this repository (where `python evaluate.py --fetch-data data` puts it)."""
-    return Path(os.environ.get("EVAL_DATA_DIR") or HERE / "data")
-
-
 # ---------------------------------------------------------------------------
 # Embedding and the metrics
-# ---------------------------------------------------------------------------
 
 def encode_unique(encoder, sentences: Sequence[str], batch_size: int = 64, show_progress: bool = False) -> torch.Tensor:
     """Unit-length embeddings, one row per input sentence; each distinct sentence is encoded once."""
@@ -134,7 +120,6 @@ def mean_metrics(per_query: list[dict[str, float]]) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------
 # Tasks: each returns (main score, details); all numbers x 100
-# ---------------------------------------------------------------------------
 
 # --- STS: Spearman of the cosine against the gold scores (ConSERT's table) ---------------------------------
 
@@ -161,20 +146,15 @@ def task_sts_year(year: str):
     return run
 
 
-def task_stsb(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
-    folder = data_dir / "stsbenchmark"
-    groups = {"test": load_stsb(folder / "sts-test.csv"), "dev": load_stsb(folder / "sts-dev.csv"),
-              "senteval/test": load_stsb(folder / "senteval" / "sts-test.csv"),
-              "senteval/dev": load_stsb(folder / "senteval" / "sts-dev.csv")}
-    scores, _ = sts_group_scores(encoder, groups, batch_size, show_progress)
-    return scores["test"], scores
-
-
-def task_stsb_dev(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
-    folder = data_dir / "stsbenchmark"
-    groups = {"dev": load_stsb(folder / "sts-dev.csv"), "senteval/dev": load_stsb(folder / "senteval" / "sts-dev.csv")}
-    scores, _ = sts_group_scores(encoder, groups, batch_size, show_progress)
-    return scores["dev"], scores
+def task_stsb(*splits: str):
+    """The STS benchmark: Spearman of each split of the original release and of SentEval's tokenized copy
+    (senteval/); main score: the original release's first split."""
+    def run(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
+        groups = {f"{copy}{split}": load_stsb(data_dir / "stsbenchmark" / copy / f"sts-{split}.csv")
+                  for copy in ("", "senteval/") for split in splits}
+        scores, _ = sts_group_scores(encoder, groups, batch_size, show_progress)
+        return scores[splits[0]], scores
+    return run
 
 
 def task_sickr(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
@@ -201,14 +181,9 @@ def askubuntu_scores(encoder, folder: Path, splits: Sequence[str] = ("test", "de
     """MAP, P@1, P@5, MRR of each split in an AskUbuntu release folder (USEB protocol): embed the TITLES
     of the query and its 20 BM25 candidates, re-rank by cosine (ties keep BM25 order), score the list.
     Only the questions of `splits` are read and encoded; `corpus` names the question file."""
-    queries = {split: load_askubuntu_queries(folder / f"{split}.txt") for split in splits}
-    ids = list(dict.fromkeys(i for qs in queries.values() for q, _, cands in qs for i in [q, *cands]))
-    titles = load_askubuntu_titles(folder / corpus, set(ids))
-    if missing := [i for i in ids if i not in titles]:
-        named_in = " or ".join(f"{split}.txt" for split in splits)
-        raise DataFormatError(f"{folder / corpus}: no line for question {missing[0]}, which {named_in} names")
-    emb = encode_unique(encoder, [titles[i] for i in ids], batch_size, show_progress)
-    row = {qid: n for n, qid in enumerate(ids)}
+    queries, titles = load_askubuntu(folder, splits, corpus)
+    emb = encode_unique(encoder, list(titles.values()), batch_size, show_progress)
+    row = {qid: n for n, qid in enumerate(titles)}
     results = {}
     for split, split_queries in queries.items():
         per_query = []
@@ -226,8 +201,8 @@ def task_askubuntu(encoder, data_dir: Path, batch_size: int, show_progress: bool
     return results["test"]["map"], details
 
 
-def rerank_scores(encoder, path: Path, batch_size: int = 64, show_progress: bool = False) -> dict[str, float]:
-    """MAP, P@1, P@5, MRR of a generic re-ranking jsonl file (queries without positives are skipped).
+def task_rerank_file(encoder, path: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
+    """rerank:PATH: MAP (P@1, P@5, MRR in details) of a re-ranking jsonl file (queries without positives skipped).
     Candidates are listed negatives first, so an exact score tie never favours a positive: a collapsed
     encoder that gives every text the same vector gets the worst possible ranking, not the best."""
     queries = [q for q in load_rerank_jsonl(path) if q[1]]
@@ -241,197 +216,82 @@ def rerank_scores(encoder, path: Path, batch_size: int = 64, show_progress: bool
         scores = (emb[[row[c] for c in candidates]] @ emb[row[query]]).tolist()
         ranked = rerank(range(len(candidates)), scores)
         per_query.append(query_metrics([is_positive[i] for i in ranked]))
-    return {**mean_metrics(per_query), "queries": len(per_query)}
-
-
-def task_rerank(path: Path):
-    def run(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
-        details = rerank_scores(encoder, path, batch_size, show_progress)
-        return details["map"], details
-    return run
+    details = {**mean_metrics(per_query), "queries": len(per_query)}
+    return details["map"], details
 
 
 # --- Your own labelled pairs: sts:PATH and pairs:PATH, scored as sentence-transformers' evaluators score them --------
-# Their files' formats and readers: lib/datafiles.py (read_rows).
 
-OWN_FILE_TASKS = ("rerank", "sts", "pairs")  # the tasks on a file of your own: rerank:PATH, sts:PATH, pairs:PATH
-
-
-def own_file(task: str) -> Path | None:
-    """The file a task on your own data names (rerank:PATH, sts:PATH, pairs:PATH), or None for any other task."""
-    kind, colon, path = task.partition(":")
-    return Path(path) if colon and kind in OWN_FILE_TASKS else None
-
-
-def load_sts_file(path: Path) -> list[tuple[str, str, float]]:
-    """The (sentence1, sentence2, score) pairs of sts:PATH, with at least two different scores (else no rank
-    correlation is defined). A bad file: a one-line CorpusError."""
-    pairs = read_scored_pairs(path)
-    if len({score for _, _, score in pairs}) < 2:
-        raise CorpusError(f"{path}: every pair has the score {pairs[0][2]:g}; a rank correlation needs at least "
-                          "two different scores")
-    return pairs
-
-
-def load_pairs_file(path: Path) -> list[tuple[str, str, int]]:
-    """The (sentence1, sentence2, 0/1 label) pairs of pairs:PATH, with both labels present (with no positive the
-    average precision is undefined; with no negative it is 100 whatever the model). A bad file: a one-line
-    CorpusError."""
-    pairs = read_binary_pairs(path)
-    positives = sum(label for _, _, label in pairs)
-    if positives in (0, len(pairs)):
-        raise CorpusError(f"{path}: every pair has the label {pairs[0][2]}; average precision needs pairs labelled "
-                          "1 and pairs labelled 0")
-    return pairs
-
-
-def check_own_file(task: str) -> None:
-    """Read the file of sts:PATH or pairs:PATH once, so that a malformed one stops in one line before a model is
-    loaded (python evaluate.py; the training scripts' --eval-task check). Any other task: nothing to do."""
-    if task.startswith("sts:"):
-        load_sts_file(own_file(task))
-    elif task.startswith("pairs:"):
-        load_pairs_file(own_file(task))
-
-
-def sts_file_scores(encoder, pairs: Sequence[tuple[str, str, float]], batch_size: int = 64,
-                    show_progress: bool = False) -> dict[str, float]:
-    """Spearman and Pearson x 100 between the cosine of the two sentences' vectors and the gold score, the
-    spearman_cosine and pearson_cosine of sentence-transformers' EmbeddingSimilarityEvaluator (scipy's spearmanr
-    and pearsonr of the scores and the cosines), and the number of pairs."""
+def task_sts_file(encoder, path: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
+    """sts:PATH: Spearman x 100 between the cosine of the two sentences' vectors and the gold score (Pearson in
+    details), the spearman_cosine and pearson_cosine of sentence-transformers' EmbeddingSimilarityEvaluator (scipy's
+    spearmanr and pearsonr of the scores and the cosines). The file, read and checked: lib/taskfiles.py."""
+    pairs = load_sts_file(path)
     cosines = pair_cosines(encoder, pairs, batch_size, show_progress)
     gold = [score for _, _, score in pairs]
-    pearson = 100 * float(pearsonr(gold, cosines)[0])
-    return {"spearman": spearman100(gold, cosines), "pearson": pearson, "pairs": len(pairs)}
+    details = {"spearman": spearman100(gold, cosines), "pearson": 100 * float(pearsonr(gold, cosines)[0]),
+               "pairs": len(pairs)}
+    return details["spearman"], details
 
 
-def binary_pair_scores(encoder, pairs: Sequence[tuple[str, str, int]], batch_size: int = 64,
-                       show_progress: bool = False) -> dict[str, float]:
-    """Average precision x 100 of the cosine for the 0/1 labels, the cosine_ap of sentence-transformers'
-    BinaryClassificationEvaluator (scikit-learn's average_precision_score, which average_precision equals), and
-    the numbers of pairs and of positives. No threshold is chosen: AP scores the ranking of the pairs by cosine."""
+def task_pairs_file(encoder, path: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
+    """pairs:PATH: average precision x 100 of the cosine for the 0/1 labels, the cosine_ap of sentence-transformers'
+    BinaryClassificationEvaluator (scikit-learn's average_precision_score, which average_precision equals). No
+    threshold is chosen: AP scores the ranking of the pairs by cosine."""
+    pairs = load_pairs_file(path)
     cosines = pair_cosines(encoder, pairs, batch_size, show_progress)
     labels = [label for _, _, label in pairs]
-    return {"ap": 100 * average_precision(labels, cosines), "pairs": len(pairs), "positives": sum(labels)}
-
-
-def task_sts_file(path: Path):
-    def run(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
-        details = sts_file_scores(encoder, load_sts_file(path), batch_size, show_progress)
-        return details["spearman"], details
-    return run
-
-
-def task_pairs_file(path: Path):
-    def run(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
-        details = binary_pair_scores(encoder, load_pairs_file(path), batch_size, show_progress)
-        return details["ap"], details
-    return run
+    details = {"ap": 100 * average_precision(labels, cosines), "pairs": len(pairs), "positives": sum(labels)}
+    return details["ap"], details
 
 
 # ---------------------------------------------------------------------------
 # USEB, the TSDAE paper's benchmark (arXiv:2104.06979 §4, tab. 2), scored as the `useb` package scores it
-# ---------------------------------------------------------------------------
-# Its files, their layout and the retrieval protocol: lib/useb.py. As USEB: every number is round(100 x value, 2).
-
-# --- AskUbuntu and TwitterPara: the tasks above, on USEB's copy of the files -------------------------------
+# Its files, their layout and the retrieval: lib/useb.py. As USEB, evaluate() rounds every number: round(x, 2).
 
 def task_useb_askubuntu(encoder, data_dir: Path, batch_size: int, show_progress: bool,
                         split: str = "test") -> tuple[float, dict]:
-    """USEB's AskUbuntu: the metric of the askubuntu task (titles, 20 BM25 candidates re-ranked by cosine, ties
-    keep BM25 order, MAP over the queries that have a similar question) on one split, dev.txt for "valid"."""
+    """USEB's AskUbuntu: the askubuntu task's metrics on one split of USEB's copy, dev.txt for "valid"."""
     name = {"test": "test", "valid": "dev"}[split]
     scores = askubuntu_scores(encoder, data_dir / useb.USEB_EVAL / "askubuntu", [name], batch_size, show_progress,
                               corpus="text_tokenized.txt")[name]
-    details = {metric: round(value, 2) if metric != "queries" else value for metric, value in scores.items()}
-    return details["map"], details
+    return scores["map"], scores
 
 
 def task_useb_twitterpara(encoder, data_dir: Path, batch_size: int, show_progress: bool,
                           split: str = "test") -> tuple[float, dict]:
-    """USEB's TwitterPara: the twitterpara task's metric (mean of the URL-corpus and PIT-2015 average
-    precisions) on USEB's copy. There is no dev set: for "valid" USEB scores the test set (with a warning);
-    so does this."""
+    """USEB's TwitterPara: the twitterpara task on USEB's copy. There is no dev set: for "valid" USEB scores the
+    test set (with a warning); so does this."""
     if split == "valid" and show_progress:
         print("[evaluate] useb-twitterpara has no dev set: scoring its test set, as USEB does", file=sys.stderr)
-    score, details = task_twitterpara(encoder, data_dir / useb.USEB_EVAL, batch_size, show_progress)
-    return round(score, 2), {name: round(v, 2) if isinstance(v, float) else v for name, v in details.items()}
-
-
-# --- CQADupStack: retrieval from each forum's pool (lib/useb.py) ------------------------------------------
-
-def cqadupstack_forum_aps(encoder, titles: dict[str, str], queries: dict[str, list[str]], batch_size: int = 64,
-                          show_progress: bool = False, forum: str = "") -> list[float]:
-    """USEB's AP@100 of each query of one forum, in the order of `queries`: each title encoded once, each query's
-    100 best pool titles by cosine (useb.top_100) scored with scikit-learn's AP (so recall counts only the
-    duplicates among those 100); a query with none of its duplicates among them scores 0."""
-    qids = list(queries)
-    pool_ids = [i for i in titles if i not in queries]  # the corpus order: it decides ties at the 100th place
-    emb = encode_unique(encoder, [titles[i].strip() for i in pool_ids + qids], batch_size, show_progress)
-    retrieved = useb.top_100(emb[len(pool_ids):], emb[: len(pool_ids)], pool_ids, queries, forum, show_progress)
-    # AP of the k retrieved titles, tied scores one cut-off (scikit-learn's); 0 when none is a duplicate
-    return [average_precision(labels, scores) if any(labels) else 0.0 for labels, scores in retrieved]
-
-
-
-def cqadupstack_scores(encoder, folder: Path, split: str = "test", batch_size: int = 64,
-                       show_progress: bool = False) -> dict[str, float]:
-    """{forum: MAP@100 (mean AP over its queries), ..., "avg": unweighted mean over the forums}, 0-1 scale."""
-    scores = {}
-    for forum, (titles, queries) in useb.load_cqadupstack(folder, split).items():
-        aps = cqadupstack_forum_aps(encoder, titles, queries, batch_size, show_progress, forum)
-        scores[forum] = float(np.mean(aps))
-    scores["avg"] = float(np.mean(list(scores.values())))  # each forum counts once, whatever its size
-    return scores
+    return task_twitterpara(encoder, data_dir / useb.USEB_EVAL, batch_size, show_progress)
 
 
 def task_useb_cqadupstack(encoder, data_dir: Path, batch_size: int, show_progress: bool,
                           split: str = "test") -> tuple[float, dict]:
-    scores = cqadupstack_scores(encoder, data_dir / useb.USEB_EVAL / "cqadupstack", split, batch_size, show_progress)
-    details = {forum: round(100 * value, 2) for forum, value in scores.items() if forum != "avg"}
-    return round(100 * scores["avg"], 2), details
-
-
-# --- SciDocs: re-ranking each query's judged papers, trec_eval's MAP (lib/useb.py) -------------------------
-
-def scidocs_scores(encoder, folder: Path, split: str = "test", batch_size: int = 64,
-                   show_progress: bool = False) -> dict[str, float]:
-    """{subset: MAP, ..., "avg": mean over the subsets (cite, cocite, coread, coview)}, 0-1 scale. Each query's
-    title is compared by cosine with the titles of the papers judged for it; trec_eval's AP; the mean over the
-    queries that have a title (USEB skips the others; a judged paper without a title is left out of the run,
-    but a relevant one still counts in the AP's denominator)."""
-    titles, qrels = useb.load_scidocs(folder / "data.json", split)
-    needed = {pid for qrel in qrels.values() for qid, judged in qrel.items() if qid in titles
-              for pid in [qid, *judged] if pid in titles}  # only what this split scores
-    texts = list(dict.fromkeys(titles[pid].strip() for pid in titles if pid in needed))
-    emb = encode_unique(encoder, texts, batch_size, show_progress)  # (T, d) unit rows
-    row = {text: n for n, text in enumerate(texts)}
-    scores = {}
-    for subset, qrel in qrels.items():
-        aps = []
-        for qid, judged in qrel.items():
-            if qid not in titles:
-                continue  # USEB: a query without a title is not scored and does not count
-            docs = [doc for doc in judged if doc in titles]
-            cosines = (emb[[row[titles[d].strip()] for d in docs]] @ emb[row[titles[qid].strip()]]).tolist()  # (D,)
-            aps.append(useb.trec_eval_ap(judged, dict(zip(docs, cosines))))  # no doc with a title: an empty run, AP 0
-        want(bool(aps), folder / "data.json", f"{split}/{subset}", "at least one query with a title")
-        scores[subset] = float(np.mean(aps))
-    scores["avg"] = float(np.mean(list(scores.values())))
-    return scores
-
+    """USEB's CQADupStack: MAP@100 of each forum; main score: their unweighted mean (each forum counts once,
+    whatever its size). A query's AP@100: its 100 best pool titles by cosine (lib/useb.py) scored with
+    scikit-learn's AP, so recall counts only the duplicates among those 100; 0 when none of them is one."""
+    embed = functools.partial(encode_unique, encoder, batch_size=batch_size, show_progress=show_progress)
+    folder = data_dir / useb.USEB_EVAL / "cqadupstack"
+    maps = {forum: float(np.mean([average_precision(labels, cosines) if any(labels) else 0.0
+                                  for labels, cosines in retrieved]))
+            for forum, retrieved in useb.cqadupstack_retrieved(embed, folder, split, show_progress)}
+    return 100 * float(np.mean(list(maps.values()))), {forum: 100 * value for forum, value in maps.items()}
 
 
 def task_useb_scidocs(encoder, data_dir: Path, batch_size: int, show_progress: bool,
                       split: str = "test") -> tuple[float, dict]:
-    scores = scidocs_scores(encoder, data_dir / useb.USEB_EVAL / "scidocs", split, batch_size, show_progress)
-    details = {subset: round(100 * value, 2) for subset, value in scores.items() if subset != "avg"}
-    return round(100 * scores["avg"], 2), details
+    """USEB's SciDocs: MAP of each subset (cite, cocite, coread, coview); main score: their mean. A query's AP:
+    trec_eval's, of its title against the titles of the papers judged for it, by cosine (lib/useb.py)."""
+    embed = functools.partial(encode_unique, encoder, batch_size=batch_size, show_progress=show_progress)
+    aps = useb.scidocs_aps(embed, data_dir / useb.USEB_EVAL / "scidocs" / "data.json", split)
+    maps = {subset: float(np.mean(subset_aps)) for subset, subset_aps in aps.items()}
+    return 100 * float(np.mean(list(maps.values()))), {subset: 100 * value for subset, value in maps.items()}
 
 
 # ---------------------------------------------------------------------------
 # Alignment and uniformity (Wang & Isola 2020): why a score moves; the formulas are lib/align_uniform.py's
-# ---------------------------------------------------------------------------
 
 def alignment_uniformity(encoder, pairs: Sequence[tuple], above: float = POSITIVE_SCORE, batch_size: int = 64,
                          show_progress: bool = False) -> dict[str, float | int]:
@@ -440,9 +300,6 @@ def alignment_uniformity(encoder, pairs: Sequence[tuple], above: float = POSITIV
     of every pair (repeats included; each distinct one encoded once). Lower is better for both."""
     emb = encode_unique(encoder, [s for p in pairs for s in p[:2]], batch_size, show_progress)  # (2 n, d) unit rows
     return alignment_uniformity_of(emb, [p[2] for p in pairs], above)
-
-
-STSB_SPLITS = ("train", "dev", "test")
 
 
 def task_align_uniform(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
@@ -454,14 +311,13 @@ def task_align_uniform(encoder, data_dir: Path, batch_size: int, show_progress: 
 
 
 # ---------------------------------------------------------------------------
-# The tables: every task, the files it reads, the data sets they belong to, the groups
-# ---------------------------------------------------------------------------
+# The tables: every task, the tasks on a file of your own, the groups (the files each task reads: lib/taskfiles.py)
 
 # name -> task function, in the order --help and the errors list them.
 TASKS = {
     **{year: task_sts_year(year) for year in STS_SUBSETS},
-    "stsb": task_stsb,
-    "stsb-dev": task_stsb_dev,
+    "stsb": task_stsb("test", "dev"),
+    "stsb-dev": task_stsb("dev"),
     "sickr": task_sickr,
     "twitterpara": task_twitterpara,
     "askubuntu": task_askubuntu,
@@ -472,41 +328,8 @@ TASKS = {
     "align-uniform": task_align_uniform,
 }
 
-# Files each task reads, relative to the data dir.
-TASK_FILES = {
-    "stsb": ["stsbenchmark/sts-test.csv", "stsbenchmark/sts-dev.csv",
-             "stsbenchmark/senteval/sts-test.csv", "stsbenchmark/senteval/sts-dev.csv"],
-    "stsb-dev": ["stsbenchmark/sts-dev.csv", "stsbenchmark/senteval/sts-dev.csv"],
-    "sickr": ["sick/SICK_test_annotated.txt"],
-    **{year: [f"{year}/STS.{kind}.{subset}.txt" for subset in subsets for kind in ("input", "gs")]
-       for year, subsets in STS_SUBSETS.items()},
-    "twitterpara": ["twitterpara/Twitter_URL_Corpus_test.txt", "twitterpara/test.data"],
-    "askubuntu": ["askubuntu/text_tokenized.txt.gz", "askubuntu/dev.txt", "askubuntu/test.txt"],
-    "useb-askubuntu": [f"{useb.USEB_EVAL}/askubuntu/text_tokenized.txt", f"{useb.USEB_EVAL}/askubuntu/dev.txt",
-                       f"{useb.USEB_EVAL}/askubuntu/test.txt"],
-    "useb-cqadupstack": [f"{useb.USEB_EVAL}/cqadupstack/corpus.json", f"{useb.USEB_EVAL}/cqadupstack/retrieval_split.json"],
-    "useb-twitterpara": [f"{useb.USEB_EVAL}/twitterpara/Twitter_URL_Corpus_test.txt", f"{useb.USEB_EVAL}/twitterpara/test.data",
-                         f"{useb.USEB_EVAL}/twitterpara/test.label"],
-    "useb-scidocs": [f"{useb.USEB_EVAL}/scidocs/data.json"],
-    "align-uniform": [f"stsbenchmark/sts-{split}.csv" for split in STSB_SPLITS],
-}
-
-# Named in the error when a file is missing: which public data set (a file's first folder), and where it comes from.
-SOURCES = {
-    "stsbenchmark": "the STS benchmark (Cer et al. 2017, SemEval-2017 Task 1): the official "
-    "Stsbenchmark.tar.gz; senteval/ holds the tokenized copy that SentEval's get_transfer_data.bash makes",
-    "sick": "SICK (Marelli et al. 2014): the SemEval-2014 Task 1 release of SICK-R",
-    "sts12": "STS12 (SemEval-2012 Task 6) in SentEval's layout (data/downstream/STS/STS12-en-test)",
-    "sts13": "STS13 (*SEM 2013 shared task) in SentEval's layout (data/downstream/STS/STS13-en-test)",
-    "sts14": "STS14 (SemEval-2014 Task 10) in SentEval's layout (data/downstream/STS/STS14-en-test)",
-    "sts15": "STS15 (SemEval-2015 Task 2) in SentEval's layout (data/downstream/STS/STS15-en-test)",
-    "sts16": "STS16 (SemEval-2016 Task 1) in SentEval's layout (data/downstream/STS/STS16-en-test)",
-    "twitterpara": "TwitterPara as USEB uses it: the Twitter URL corpus test set (Lan et al. 2017, "
-    "github.com/lanwuwei/Twitter-URL-Corpus) and the PIT-2015 test set (Xu et al. 2015, "
-    "github.com/cocoxu/SemEval-PIT2015)",
-    "askubuntu": "AskUbuntu (Lei et al. 2016, github.com/taolei87/askubuntu): text_tokenized.txt.gz, dev.txt, test.txt",
-    "useb": "USEB (Wang et al. 2021, github.com/UKPLab/useb): its data-eval.zip, which is not among the default sets",
-}
+# The tasks on a file of your own, KIND:PATH -> task function(encoder, PATH, batch_size, show_progress).
+OWN_FILE_TASKS = {"rerank": task_rerank_file, "sts": task_sts_file, "pairs": task_pairs_file}
 
 # The groups. `--tasks all`, in table order: ConSERT's seven STS columns, then TSDAE's ranking tasks.
 ALL_TASKS = ["sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr", "twitterpara", "askubuntu"]
@@ -515,31 +338,8 @@ AVG7_TASKS = ALL_TASKS[:7]
 USEB_TASKS = ["useb-askubuntu", "useb-cqadupstack", "useb-twitterpara", "useb-scidocs"]
 
 
-def missing_file(task: str, data_dir: Path) -> str | None:
-    """A one-line message naming the first file `task` (or the group useb) needs that is absent, or None if all
-    are there."""
-    path = own_file(task)
-    if path is not None and path.is_file():
-        return None
-    if task.startswith("rerank:"):
-        return f"missing re-ranking file {path} (your own jsonl, see evaluate.py)"
-    if task.startswith("sts:"):
-        return (f"missing file {path} (sts:PATH: your own scored pairs, TSV, CSV or JSONL with the columns sentence1, "
-                "sentence2, score)")
-    if task.startswith("pairs:"):
-        return (f"missing file {path} (pairs:PATH: your own 0/1 pairs, TSV, CSV or JSONL with the columns sentence1, "
-                "sentence2, label)")
-    for rel in (rel for name in (USEB_TASKS if task == "useb" else [task]) for rel in TASK_FILES[name]):
-        if not (data_dir / rel).is_file():
-            sets = " --sets useb" if rel.startswith("useb/") else ""  # USEB is not among the default sets
-            return (f"missing data file {data_dir / rel}: it belongs to {SOURCES[rel.split('/')[0]]} "
-                    f"(python evaluate.py --fetch-data {data_dir}{sets} downloads the public sets)")
-    return None
-
-
 # ---------------------------------------------------------------------------
 # The entry point from Python: evaluate (the training scripts' dev score: lib.selection.dev_score)
-# ---------------------------------------------------------------------------
 
 def parse_tasks(tasks: str | Sequence[str]) -> list[str]:
     """'stsb,sickr' or ['stsb', 'sickr'] -> list of names; raises ValueError on an unknown one."""
@@ -551,17 +351,6 @@ def parse_tasks(tasks: str | Sequence[str]) -> list[str]:
         if own_file(name) is not None and not name.partition(":")[2]:
             raise ValueError(f"task {name!r} names no file: write {name}PATH")
     return names
-
-
-def task_function(task: str):
-    """The function that runs `task`: TASKS' own, or one made for the file of rerank:PATH, sts:PATH or pairs:PATH."""
-    if task.startswith("rerank:"):
-        return task_rerank(own_file(task))
-    if task.startswith("sts:"):
-        return task_sts_file(own_file(task))
-    if task.startswith("pairs:"):
-        return task_pairs_file(own_file(task))
-    return TASKS[task]
 
 
 def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = None, batch_size: int = 64,
@@ -590,9 +379,15 @@ def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = 
     for task in names:
         if show_progress:
             print(f"[evaluate] {task}", file=sys.stderr, flush=True)
-        run = task_function(task)
-        options = {"split": split} if task in USEB_TASKS else {}
-        result[task], details[task] = run(encoder, data_dir, batch_size, show_progress, **options)
+        if task in USEB_TASKS:  # as USEB: the split asked for, and every number round(x, 2)
+            score, found = TASKS[task](encoder, data_dir, batch_size, show_progress, split=split)
+            result[task] = round(score, 2)
+            details[task] = {name: round(v, 2) if isinstance(v, float) else v for name, v in found.items()}
+        elif own_file(task) is not None:
+            run = OWN_FILE_TASKS[task.partition(":")[0]]
+            result[task], details[task] = run(encoder, own_file(task), batch_size, show_progress)
+        else:
+            result[task], details[task] = TASKS[task](encoder, data_dir, batch_size, show_progress)
     if all(task in result for task in AVG7_TASKS):
         result["avg7"] = float(np.mean([result[task] for task in AVG7_TASKS]))  # ConSERT: unweighted mean of 7
     if all(task in result for task in USEB_TASKS):  # useb.run's "avg": the mean of the four ROUNDED scores
@@ -600,15 +395,8 @@ def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = 
     return {**result, "details": details, "skipped": skipped}
 
 
-def stsb_dev_spearman(encoder, data_dir: str | Path | None = None, batch_size: int = 64) -> float:
-    """STS benchmark dev Spearman x 100 (the original release's sts-dev.csv): the stsb-dev task, which the training
-    scripts select on with --eval-data unless --eval-task names another (lib.selection.dev_score)."""
-    return evaluate(encoder, ["stsb-dev"], data_dir, batch_size)["stsb-dev"]
-
-
 # ---------------------------------------------------------------------------
 # The command line: python evaluate.py
-# ---------------------------------------------------------------------------
 
 def format_table(result: dict) -> str:
     """The scores as a text table; details indented under each task."""
@@ -631,16 +419,12 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help="model folder or Hub id (default: the shipped all-MiniLM-L6-v2)")
     parser.add_argument("--tasks", default="all",
                         help=f"comma-separated: all, useb, {', '.join(TASKS)}, rerank:PATH, sts:PATH, pairs:PATH. "
-                             "all: every task "
-                             "whose data is present except the useb ones; useb: useb-askubuntu, useb-cqadupstack, "
-                             "useb-twitterpara, useb-scidocs and their mean useb-avg, scored as the useb package "
-                             "does on its data-eval (an hour or more on a CPU). askubuntu and twitterpara are the "
-                             "same metrics as useb-askubuntu and useb-twitterpara on the separately fetched "
-                             "releases, not rounded (askubuntu: test, with dev in details). Your own files: "
-                             "rerank:PATH, a re-ranking jsonl (MAP); sts:PATH, pairs with a score (Spearman of the "
-                             "cosine, as sentence-transformers' EmbeddingSimilarityEvaluator); pairs:PATH, pairs with "
-                             "a 0/1 label (average precision of the cosine, as its BinaryClassificationEvaluator); "
-                             "TSV, CSV or JSONL with the columns sentence1, sentence2, score or label")
+                             "all: every task whose data is present except the useb ones; useb: the four useb-* "
+                             "tasks and their mean useb-avg, scored as the useb package does on its data-eval (an "
+                             "hour or more on a CPU). askubuntu and twitterpara: the same metrics on the separately "
+                             "fetched releases, not rounded. Your own files (this file's docstring): rerank:PATH, a "
+                             "re-ranking jsonl; sts:PATH and pairs:PATH, TSV, CSV or JSONL with the columns "
+                             "sentence1, sentence2, score or label")
     parser.add_argument("--split", default="test", choices=useb.USEB_SPLITS,
                         help="the split the useb tasks score: test, or valid (USEB's dev data, for model selection; "
                              "TwitterPara has none and scores test, as USEB does). The other tasks ignore it")
@@ -655,10 +439,8 @@ def make_parser() -> argparse.ArgumentParser:
     fetching = parser.add_argument_group("getting the data (lib/download.py)")
     fetching.add_argument("--fetch-data", metavar="DIR", type=Path,
                           help="download the public evaluation sets into DIR (SHA256-checked), then stop")
-    fetching.add_argument("--sets", help="with --fetch-data: comma-separated sets (default: all of "
-                                         "stsbenchmark, sick, sts12-sts16, twitterpara, askubuntu, nli; useb, "
-                                         "USEB's data-eval.zip and data-train.zip, several hundred MB, only "
-                                         "when named)")
+    fetching.add_argument("--sets", help=f"with --fetch-data: comma-separated, of {', '.join(download.SETS)} (default: "
+                                         "all but useb, USEB's data-eval.zip and data-train.zip, several hundred MB)")
     fetching.add_argument("--mirror", metavar="URL",
                           help="with --fetch-data: read every file from URL/<its place in the layout> instead "
                                "(a local copy: file:///path/to/data)")
@@ -671,13 +453,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     which cli.run prints as "error: ..." (code 1)."""
     parser = make_parser()
     args = parser.parse_args(argv)
-    if args.fetch_data:
-        from lib import download
-
-        try:
-            download.fetch(args.fetch_data, args.sets.split(",") if args.sets else None, args.mirror)
-        except download.DownloadError as err:
-            raise cli.UsageError(str(err)) from None
+    if args.fetch_data:  # a failed download: a one-line DownloadError
+        download.fetch(args.fetch_data, args.sets.split(",") if args.sets else None, args.mirror)
         return 0
     try:
         tasks = parse_tasks(args.tasks)
@@ -686,9 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.batch_size < 1:
         parser.error(f"--batch-size must be at least 1 (got {args.batch_size})")
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
-    problems = [p for p in (missing_file(t, data_dir) for t in tasks if t != "all") if p]
-    if problems:  # fail before the model is loaded
-        raise DataMissingError(problems[0])
+    if problem := next(filter(None, (missing_file(t, data_dir) for t in tasks if t != "all")), None):
+        raise DataMissingError(problem)  # before the model is loaded
     for task in tasks:
         check_own_file(task)  # a malformed file of yours: one line (CorpusError), before the model is loaded
     device = cli.device(args.device)  # cli.UsageError: a device this machine does not have

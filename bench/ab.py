@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from evaluate import default_data_dir
+    from lib.taskfiles import default_data_dir
 
     model_path = args.model or default_model_path()
     sentences = read_sts_train(Path(args.data_dir) if args.data_dir else default_data_dir())
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if "tsdae" in args.only:
         dataset = tsdae.DenoisingDataset(picked, tokenizer, TRAIN_MAX_LENGTH, seed=SEED)
         lengths = data.token_lengths(tokenizer, picked, TRAIN_MAX_LENGTH)
-        order = data.BatchSampler(lengths, TRAIN_BATCH, seed=SEED).batches(0)  # tsdae.py's batches: random
+        order = list(data.BatchSampler(lengths, TRAIN_BATCH, seed=SEED).iter_batches(0))  # tsdae.py's batches: random
         batches = [tsdae.collate_pairs([dataset[(0, i)] for i in b]) for b in order]
         steppers = {name: training_step(tsdae_objective(model_path, pieces), batches)
                     for name, pieces in TSDAE_VERSIONS.items()}
@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     if "consert" in args.only:
         ids = data.tokenize(tokenizer, picked, TRAIN_MAX_LENGTH)
         for bucketing in (False, True):
-            order = data.BatchSampler([len(x) for x in ids], TRAIN_BATCH, seed=SEED, bucketing=bucketing).batches(0)
+            sampler = data.BatchSampler([len(x) for x in ids], TRAIN_BATCH, seed=SEED, bucketing=bucketing)
+            order = list(sampler.iter_batches(0))
             batches = [consert.collate_sentences([ids[i] for i in b]) for b in order]
             steppers = {"fast": training_step(consert_objective(model_path, True), batches),
                         "plain": training_step(consert_objective(model_path, False), batches)}

@@ -277,7 +277,7 @@ def our_tsdae_batches(work: dict, encoder, device: torch.device, bucketing: bool
     args = tsdae_train.parse_args(["--corpus", "unused", "--max-length", str(TRAIN_MAX_LENGTH)]
                             + (["--bucketing"] if bucketing else []))
     reference = tsdae_train.pair_loader(work["train_sentences"], encoder, args, device)
-    order = reference.batch_sampler.batches(0)
+    order = list(reference.batch_sampler.iter_batches(0))
     loader = lambda batches: torch.utils.data.DataLoader(
         _PairsByKey(work["pairs"]), batch_sampler=[[(0, i) for i in b] for b in batches],
         num_workers=reference.num_workers, pin_memory=reference.pin_memory, collate_fn=reference.collate_fn,
@@ -289,7 +289,7 @@ def their_tsdae_batches(work: dict) -> tuple[list[list[int]], Callable]:
     """The same batches as ours (tsdae.py's default: the same random order), collated the library's way: each
     side padded to its own longest sentence (no multiple-of-8), with token_type_ids."""
     pairs = work["pairs"]
-    batches = data.BatchSampler([len(o) for _, o in pairs], TRAIN_BATCH, seed=SEED).batches(0)
+    batches = list(data.BatchSampler([len(o) for _, o in pairs], TRAIN_BATCH, seed=SEED).iter_batches(0))
 
     def features(seqs):
         ids, mask = data.pad(seqs, pad_id=0, multiple=1)
@@ -371,7 +371,7 @@ def job_consert_ours(spec: dict, work: dict, device: torch.device, plain: bool =
     objective = objective.to(device).train()
     optimizer = train.make_optimizer(objective, train.TrainSettings(out=Path("."), steps=1, lr=LR), device)
     ids = work["consert_ids"]
-    order = data.BatchSampler([len(s) for s in ids], TRAIN_BATCH, seed=SEED, bucketing=False).batches(0)
+    order = list(data.BatchSampler([len(s) for s in ids], TRAIN_BATCH, seed=SEED, bucketing=False).iter_batches(0))
 
     def collated(batch_list):
         for b in batch_list:
@@ -581,7 +581,7 @@ def main(argv=None) -> int:
     model_path = args.model or weights.default_model_path()
     encoder = model.SentenceEncoder.from_pretrained(model_path)  # its max length is the one encode uses
     cfg, tokenizer = encoder.bert.cfg, encoder.tokenizer
-    from evaluate import default_data_dir
+    from lib.taskfiles import default_data_dir
 
     sentences = read_sts_train(Path(args.data_dir) if args.data_dir else default_data_dir())
     work = prepare(args, tokenizer, sentences, args.train_steps * TRAIN_BATCH)

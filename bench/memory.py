@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from evaluate import default_data_dir  # noqa: E402
+from lib.taskfiles import default_data_dir  # noqa: E402
 
 
 def run(args: list[str]) -> tuple[float, float]:

@@ -24,7 +24,7 @@ from speedups import fast  # noqa: E402
 import train  # noqa: E402
 import tsdae  # noqa: E402
 from bench import LR, SEED, TRAIN_BATCH, TRAIN_MAX_LENGTH, read_sts_train  # noqa: E402
-from evaluate import default_data_dir  # noqa: E402
+from lib.taskfiles import default_data_dir  # noqa: E402
 from model import SentenceEncoder  # noqa: E402
 from lib.weights import default_model_path  # noqa: E402
 

@@ -27,7 +27,8 @@ import torch  # noqa: E402
 import evaluate  # noqa: E402
 from lib.weights import ModelLoadError, default_model_path  # noqa: E402
 from lib import align_uniform  # noqa: E402
-from lib.datafiles import load_stsb  # noqa: E402
+from lib.datafiles import STSB_SPLITS, load_stsb  # noqa: E402
+from lib.taskfiles import default_data_dir, missing_file  # noqa: E402
 from model import SentenceEncoder  # noqa: E402
 
 
@@ -95,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.pairs < 1:
         p.error(f"--pairs must be at least 1 (got {args.pairs})")
-    data_dir = args.data_dir or evaluate.default_data_dir()
-    if problem := evaluate.missing_file("align-uniform", data_dir):
+    data_dir = args.data_dir or default_data_dir()
+    if problem := missing_file("align-uniform", data_dir):
         raise SystemExit(f"error: {problem}")
     try:
         import matplotlib
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         import matplotlib.pyplot as plt
     except ImportError:
         raise SystemExit("error: plotting needs matplotlib, which is not installed (pip install matplotlib)") from None
-    pairs = [p for split in evaluate.STSB_SPLITS for p in load_stsb(data_dir / "stsbenchmark" / f"sts-{split}.csv")]
+    pairs = [p for split in STSB_SPLITS for p in load_stsb(data_dir / "stsbenchmark" / f"sts-{split}.csv")]
     results = []
     for spec in args.model or [None]:
         path, label = model_and_label(spec)

@@ -1,8 +1,8 @@
 """The public data sets' files: each reader returns plain lists and names the file and the line of a malformed one.
 
-  STS_SUBSETS, load_stsb, load_sick, load_sts_year   the STS sets (training reads their sentences, evaluate.py
-                                                     their scores)
-  load_twitter_url, load_pit2015, load_askubuntu_*   the ranking sets of TSDAE's table (evaluate.py)
+  STS_SUBSETS, STSB_SPLITS, load_stsb, load_sick,    the STS sets (training reads their sentences, evaluate.py
+  load_sts_year                                      their scores)
+  load_twitter_url, load_pit2015, load_askubuntu     the ranking sets of TSDAE's table (evaluate.py)
   load_rerank_jsonl                                  your own re-ranking file (evaluate.py --tasks rerank:PATH)
   load_json, want                                    JSON files, and their one-line format errors (lib/useb.py)
   read_nli, sts_corpus                               the ConSERT experiment's inputs: NLI pairs, the official
@@ -14,7 +14,7 @@ Your own files (TSV, CSV or JSONL, the columns named as sentence-transformers' d
   read_training_file                                 labelled training data: scored pairs, pairs or triplets
   nli_triplets                                       read_nli's pairs as SimCSE's supervised (anchor, entailed,
                                                      contradicted) triplets
-The layouts: the README's "Data" section and docs/evaluation.md.
+The layouts, and where each set comes from: docs/evaluation.md.
 """
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ STS_SUBSETS = {
     "sts15": ["answers-forums", "answers-students", "belief", "headlines", "images"],
     "sts16": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
 }
+STSB_SPLITS = ("train", "dev", "test")  # the STS benchmark's files: sts-train.csv, sts-dev.csv, sts-test.csv
 
 
 def read_lines(path: Path) -> list[str]:
@@ -160,6 +161,20 @@ def load_askubuntu_queries(path: Path) -> list[tuple[str, set[str], list[str]]]:
     return queries
 
 
+def load_askubuntu(folder: Path, splits: Sequence[str], corpus: str = "text_tokenized.txt.gz"
+                   ) -> tuple[dict[str, list[tuple[str, set[str], list[str]]]], dict[str, str]]:
+    """An AskUbuntu release folder: ({split: its queries (load_askubuntu_queries)}, {question id: title} of every
+    question those queries name, in the order they first name them). Only the questions of `splits` are read from
+    `corpus`; one they name that it lacks is a one-line DataFormatError."""
+    queries = {split: load_askubuntu_queries(folder / f"{split}.txt") for split in splits}
+    ids = list(dict.fromkeys(i for qs in queries.values() for q, _, candidates in qs for i in [q, *candidates]))
+    titles = load_askubuntu_titles(folder / corpus, set(ids))
+    if missing := [i for i in ids if i not in titles]:
+        named_in = " or ".join(f"{split}.txt" for split in splits)
+        raise DataFormatError(f"{folder / corpus}: no line for question {missing[0]}, which {named_in} names")
+    return queries, {i: titles[i] for i in ids}
+
+
 def load_rerank_jsonl(path: Path) -> list[tuple[str, list[str], list[str]]]:
     """Generic re-ranking file: one JSON object a line, {"query": str, "positive": [str], "negative": [str]}."""
     queries = []
@@ -263,7 +278,8 @@ def sts_corpus(data_dir: str | Path) -> list[str]:
     sick = [data_dir / "sick" / f"SICK_{split}.txt" for split in ("train", "trial", "test_annotated")]
     for path in sts + stsb + sick:
         if not path.is_file():
-            raise CorpusError(f"--sts-corpus: missing {path} (the README's \"Data\" section lists the layout)")
+            raise CorpusError(f"--sts-corpus: missing {path} (docs/evaluation.md lists the layout; python "
+                              "evaluate.py --fetch-data DIR downloads it)")
     sentences = [s for path in sts for line in read_lines(path) for s in line.split("\t")[:2]]
     sentences += [s for path in stsb for s1, s2, _ in load_stsb(path) for s in (s1, s2)]
     sentences += [s for path in sick for s1, s2, _ in load_sick(path) for s in (s1, s2)]

@@ -1,4 +1,4 @@
-"""Download the public evaluation data into the folder layout evaluate.py reads (the README's "Data" section).
+"""Download the public evaluation data into the folder layout evaluate.py reads (docs/evaluation.md lists it).
 
     python evaluate.py --fetch-data data/              # every default set; see --help for --sets and --mirror
     python evaluate.py --fetch-data data/ --sets useb  # USEB's data-eval and data-train, into data/useb/
@@ -26,8 +26,10 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
+from lib.errors import UsageError
 
-class DownloadError(Exception):
+
+class DownloadError(UsageError):
     """A file could not be fetched, or its checksum is wrong, or a set name is unknown (one-line message)."""
 
 
@@ -201,7 +203,7 @@ SETS: dict[str, list[Remote]] = {
 }
 DEFAULT_SETS = [name for name in SETS if name != "useb"]  # `fetch` without sets: all but USEB's large zips
 
-HINT = "the README's \"Data\" section lists the sources; you can also copy the file there by hand"
+HINT = "docs/evaluation.md lists the sources; you can also copy the file there by hand"
 
 
 # ---------------------------------------------------------------------------

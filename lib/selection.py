@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 import evaluate
-from lib import align_uniform, datafiles
+from lib import align_uniform, datafiles, taskfiles
 from lib.errors import CorpusError, UsageError
 from lib.run import RunFolder, RunState
 
@@ -61,24 +61,24 @@ def check_dev_task(task: str | None, data_dir: str | Path | None) -> None:
     once here, so it fails now rather than at the first evaluation). None: no task."""
     if task is None or task in HELDOUT_TASKS:
         return
-    if task not in DEV_TASKS and evaluate.own_file(task) is None:
+    if task not in DEV_TASKS and taskfiles.own_file(task) is None:
         why = ("USEB has no dev split for TwitterPara: its valid split is its test set" if task == "useb-twitterpara"
                else "USEB's average includes TwitterPara, whose valid split is its test set" if task == "useb"
                else "it has no dev data here, so selection would read its test data" if task in evaluate.TASKS or task == "all"
                else f"unknown task {task!r}")
         raise UsageError(f"--eval-task {task}: {why}; choose one with dev data: {', '.join(DEV_TASKS)}, or a file of "
                          "your own: rerank:PATH, sts:PATH, pairs:PATH")
-    if data_dir is None and evaluate.own_file(task) is None:  # nothing to check before the run evaluates
+    if data_dir is None and taskfiles.own_file(task) is None:  # nothing to check before the run evaluates
         return
     try:
         names = evaluate.parse_tasks([task])
     except ValueError as err:  # sts: with no file named
         raise UsageError(f"--eval-task {task}: {err}") from None
-    problem = next(filter(None, (evaluate.missing_file(t, Path(data_dir or ".")) for t in names)), None)
+    problem = next(filter(None, (taskfiles.missing_file(t, Path(data_dir or ".")) for t in names)), None)
     if problem:
         raise UsageError(f"--eval-task {task}: {problem}")
     try:
-        evaluate.check_own_file(task)
+        taskfiles.check_own_file(task)
     except CorpusError as err:
         raise CorpusError(f"--eval-task {task}: {err}") from None
 
@@ -169,7 +169,7 @@ def training_evaluation(args: argparse.Namespace, heldout: HeldOut | None) -> tu
     signals = heldout.signals() if heldout else {}
     if args.eval_task in signals:
         eval_fn = signals.pop(args.eval_task)
-    elif args.eval_task and (args.eval_data or evaluate.own_file(args.eval_task)):  # your own file needs no folder
+    elif args.eval_task and (args.eval_data or taskfiles.own_file(args.eval_task)):  # your own file needs no folder
         eval_fn = lambda encoder: dev_score(encoder, args.eval_task, args.eval_data)
     else:
         eval_fn = None

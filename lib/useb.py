@@ -1,6 +1,7 @@
 """USEB, the TSDAE paper's benchmark (arXiv:2104.06979 §4, tab. 2): its files and its retrieval protocol, as the
 `useb` package computes them (tests/test_useb.py compares to the digit). evaluate.py scores the useb-* tasks
-with these pieces and its own metrics.
+with these pieces and its own metrics: `embed` below is any function from texts to unit rows, one per text
+(evaluate.encode_unique with the encoder).
 
 USEB's data-eval.zip unpacked under DATA/useb/ (python evaluate.py --fetch-data DATA --sets useb), the files its
 evaluators read:
@@ -14,7 +15,7 @@ or "valid" (the dev data), and useb-avg is the plain mean of the four rounded sc
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from tqdm.auto import tqdm
@@ -25,6 +26,8 @@ USEB_EVAL = "useb/data-eval"  # relative to the data folder
 USEB_SPLITS = ("test", "valid")
 CQADUPSTACK_TOP = 100    # USEB's MAP@100: the AP of the 100 best titles of the pool
 CQADUPSTACK_CHUNK = 256  # queries scored at once: no score matrix is larger than (CHUNK, pool)
+
+Embed = Callable[[list[str]], torch.Tensor]  # texts -> (N, d) unit rows, one per text
 
 
 # ----------------------------------------------------------------------------
@@ -77,6 +80,17 @@ def top_100(query_emb: torch.Tensor, pool: torch.Tensor, pool_ids: list[str], qu
             yield [int(row in duplicates) for row in rows], scores
 
 
+def cqadupstack_retrieved(embed: Embed, folder: Path, split: str, show_progress: bool = False
+                          ) -> Iterator[tuple[str, Iterator[tuple[list[int], list[float]]]]]:
+    """For each forum, in the order of corpus.json (USEB's): (forum, top_100's (labels, cosines) of each of its
+    queries). The forum's titles are embedded stripped, the pool's then the queries'. Every forum is read and
+    checked before the first is embedded."""
+    for forum, (titles, queries) in load_cqadupstack(folder, split).items():
+        pool_ids = [i for i in titles if i not in queries]  # the corpus order: it decides ties at the 100th place
+        emb = embed([titles[i].strip() for i in [*pool_ids, *queries]])  # (P + Q, d) unit rows
+        yield forum, top_100(emb[len(pool_ids):], emb[: len(pool_ids)], pool_ids, queries, forum, show_progress)
+
+
 # ----------------------------------------------------------------------------
 # SciDocs: re-ranking each query's judged papers, trec_eval's MAP
 
@@ -117,3 +131,25 @@ def load_scidocs(path: Path, split: str) -> tuple[dict[str, str], dict[str, dict
                                             for judged in qrel.values()),
              path, f"{split}/{subset}", "{query id: {doc id: integer relevance}}")
     return titles, data[split]
+
+
+def scidocs_aps(embed: Embed, path: Path, split: str) -> dict[str, list[float]]:
+    """{subset: trec_eval's AP of each of its queries that has a title (USEB skips the others)}: the query's title
+    compared by cosine with the titles of the papers judged for it. A judged paper without a title is left out of
+    the run, but a relevant one still counts in the AP's denominator. Only the titles the split scores are embedded."""
+    titles, qrels = load_scidocs(path, split)
+    qrels = {subset: {qid: judged for qid, judged in qrel.items() if qid in titles} for subset, qrel in qrels.items()}
+    for subset, qrel in qrels.items():
+        want(bool(qrel), path, f"{split}/{subset}", "at least one query with a title")
+    needed = {pid for qrel in qrels.values() for qid, judged in qrel.items() for pid in [qid, *judged] if pid in titles}
+    texts = list(dict.fromkeys(titles[pid].strip() for pid in titles if pid in needed))  # the corpus order
+    emb = embed(texts)  # (T, d) unit rows
+    row = {text: n for n, text in enumerate(texts)}
+    aps = {}
+    for subset, qrel in qrels.items():
+        aps[subset] = []
+        for qid, judged in qrel.items():
+            docs = [doc for doc in judged if doc in titles]
+            cosines = (emb[[row[titles[d].strip()] for d in docs]] @ emb[row[titles[qid].strip()]]).tolist()  # (D,)
+            aps[subset].append(trec_eval_ap(judged, dict(zip(docs, cosines))))  # no doc with a title: AP 0
+    return aps

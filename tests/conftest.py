@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT))
 
 from lib.weights import default_model_path  # noqa: E402
 
-DATA_DIR = Path(os.environ.get("EVAL_DATA_DIR", ROOT / "data")).resolve()  # as evaluate.default_data_dir
+DATA_DIR = Path(os.environ.get("EVAL_DATA_DIR", ROOT / "data")).resolve()  # as lib.taskfiles.default_data_dir
 
 
 @pytest.fixture(autouse=True)

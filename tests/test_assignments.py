@@ -4,10 +4,13 @@ import ast
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 from course import assignments
 from conftest import DATA_DIR
@@ -220,9 +223,11 @@ def test_the_grader_runs_only_the_students_marked_functions(tmp_path):
     assert "lambda self: None" in model_py.read_text(encoding="utf-8")  # the student's file itself is untouched
 
 
-def test_a_function_that_never_returns_times_out_and_the_other_tests_keep_their_results(tmp_path):
-    """A delete_words that redraws until a word survives never returns at ratio 1: its tests stop after the time
-    limit as "timed out", exercise 3 scores 0, and the test that passed before keeps its result."""
+def test_a_hung_function_times_out_at_the_limit_grade_sets_and_the_other_tests_keep_their_results(tmp_path):
+    """A delete_words that redraws until a word survives never returns at ratio 1: graded with the limit `grade`
+    itself passes to the tests (its default TEST_TIMEOUT, here made 5 s on the module grade reads it from; nothing
+    in the environment), its tests stop after 5 s as "timed out", exercise 3 scores 0, and the test that passed
+    before keeps its result. A grader that passed no limit would hang: stopped after 240 s, that fails."""
     assignments.make_student(tmp_path / "loops", {3})
     tsdae_py = tmp_path / "loops" / "tsdae.py"
     stub = '    raise NotImplementedError(\'Exercise 3: see ASSIGNMENTS.md\')\n'
@@ -232,11 +237,19 @@ def test_a_function_that_never_returns_times_out_and_the_other_tests_keep_their_
         "        kept = [w for w in words if rng.random() >= ratio]\n"
         "        if kept or not words:\n"
         "            return kept\n")), encoding="utf-8")
-    result = subprocess.run([sys.executable, str(ROOT / "course" / "assignments.py"), "grade", "3", "--student",
-                             str(tmp_path / "loops"), "--json", str(tmp_path / "r.json")], cwd=ROOT, capture_output=True,
-                            text=True, timeout=300,
-                            env={**os.environ, "EVAL_DATA_DIR": str(DATA_DIR), "ASSIGNMENTS_TEST_TIMEOUT": "5"})
-    assert result.returncode == 1, result.stdout[-2000:]
+    env = {name: value for name, value in os.environ.items() if name != "ASSIGNMENTS_TEST_TIMEOUT"}
+    grade = "import sys; from course import assignments; assignments.TEST_TIMEOUT = 5; sys.exit(assignments.main())"
+    process = subprocess.Popen([sys.executable, "-c", grade, "grade", "3", "--student", str(tmp_path / "loops"),
+                                "--json", str(tmp_path / "r.json")], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                               env={**env, "EVAL_DATA_DIR": str(DATA_DIR)})
+    try:
+        output, _ = process.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the grader and the pytest it started, stuck in the endless loop
+        process.communicate()
+        pytest.fail("grading never finished: the tests ran without the grader's time limit")
+    assert process.returncode == 1, output[-2000:]
     tests = json.loads((tmp_path / "r.json").read_text())["tests"]
     (three,) = [t for t in tests if t["visibility"] == "visible"]
     assert three["score"] == 0 and "timed out after 5 s" in three["output"], three

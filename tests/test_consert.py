@@ -462,12 +462,12 @@ def test_eval_data_keeps_the_best_dev_checkpoint(tiny_model_dir, small_corpus, d
                                                        "--eval-pooling", "last2-mean")])
     scores = [r["eval"] for r in log(tmp_path) if "eval" in r]
     assert len(scores) == 1  # at step 2 of 3: best/ holds step 2, model/ step 3
-    from evaluate import stsb_dev_spearman
+    from evaluate import evaluate
 
     best = SentenceEncoder.from_pretrained(tmp_path / "best")
     assert best.pooling == "mean"  # saved with plain mean pooling; last2-mean is applied at evaluation only
     last2 = SentenceEncoder(best.bert, best.tokenizer, "last2-mean", best.max_length)
-    assert abs(stsb_dev_spearman(last2, data_dir) - scores[0]) < 1e-6
+    assert abs(evaluate(last2, ["stsb-dev"], data_dir)["stsb-dev"] - scores[0]) < 1e-6
     final = SentenceEncoder.from_pretrained(tmp_path / "model")
     assert not torch.equal(final.bert.layers[0].ffn.up.weight, best.bert.layers[0].ffn.up.weight)
 

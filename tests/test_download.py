@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lib import download
+from lib import cli, download, taskfiles
 import evaluate
 
 CORPUS = "askubuntu/text_tokenized.txt.gz"  # not in the shared data folder (its checksum is unknown)
@@ -29,7 +29,7 @@ def test_fetch_from_mirror_gives_the_same_bytes_and_a_second_call_downloads_noth
     assert last == f"{len(expected)} files in {tmp_path} (0 downloaded, {len(expected)} already there)"
 
     for task in ["stsb", "stsb-dev", "sickr", "sts12", "sts13", "sts14", "sts15", "sts16", "twitterpara"]:
-        assert evaluate.missing_file(task, tmp_path) is None, task
+        assert taskfiles.missing_file(task, tmp_path) is None, task
     # what the training scripts and tests read as well
     for rel in ["nli/snli_dev.jsonl", "sick/SICK.txt", "sick/SICK_train.txt", "stsbenchmark/senteval/sts-train.csv",
                 "twitterpara/test.label", "askubuntu/dev.txt", "askubuntu/test.txt"]:
@@ -78,6 +78,25 @@ def test_a_corrupt_file_is_refused_and_nothing_is_left_behind(data_dir, tmp_path
     assert (out / "sts13" / "STS.gs.FNWN.txt").read_bytes() == (data_dir / "sts13" / "STS.gs.FNWN.txt").read_bytes()
 
 
+def test_the_command_line_fetches_from_a_mirror_and_a_bad_file_is_one_line(data_dir, tmp_path, capsys):
+    """python evaluate.py --fetch-data OUT --sets sts13 --mirror URL reads every file from the mirror, not from the
+    sources (this machine has no network); a corrupt file there stops it with one line (cli.run's "error: ...")."""
+    mirror = tmp_path / "mirror"
+    shutil.copytree(data_dir / "sts13", mirror / "sts13")
+    out = tmp_path / "out"
+    argv = ["--fetch-data", str(out), "--sets", "sts13", "--mirror", mirror.as_uri()]
+    assert evaluate.main(argv) == 0
+    for f in download.SETS["sts13"]:
+        assert (out / f.dest).read_bytes() == (data_dir / f.dest).read_bytes(), f.dest
+    assert capsys.readouterr().out.splitlines()[-1].endswith(f"({len(download.SETS['sts13'])} downloaded, 0 already "
+                                                             "there)")
+    bad = mirror / "sts13" / "STS.gs.OnWN.txt"
+    bad.write_bytes(bad.read_bytes().replace(b"4", b"5", 1))
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run(lambda: evaluate.main([*argv[:1], str(tmp_path / "again"), *argv[2:]]))
+    assert str(exit_info.value.code).startswith("error: checksum mismatch for ") and "\n" not in exit_info.value.code
+
+
 def test_a_missing_file_is_one_line_naming_the_url(data_dir, tmp_path):
     mirror = tmp_path / "empty_mirror"
     mirror.mkdir()
@@ -86,7 +105,7 @@ def test_a_missing_file_is_one_line_naming_the_url(data_dir, tmp_path):
     message = str(e.value)
     assert "\n" not in message
     assert message.startswith(f"could not download {mirror.as_uri()}/nli/snli_dev.jsonl (")
-    assert "README" in message and "by hand" in message
+    assert "docs/evaluation.md" in message and "by hand" in message
     out = tmp_path / "out"
     assert [p.relative_to(out) for p in out.rglob("*")] == [Path("nli")]  # an empty folder, no (temporary) file
 
@@ -109,7 +128,7 @@ def test_a_file_without_known_checksum_is_kept_and_its_sum_printed(data_dir, tmp
     assert (out / CORPUS).read_bytes() == b"stand-in corpus"
     assert f"sha256 {download.sha256_of(out / CORPUS)}, not checked" in capsys.readouterr().out
     assert download.fetch(out, ["askubuntu"], mirror=mirror.as_uri()) == []
-    assert evaluate.missing_file("askubuntu", out) is None
+    assert taskfiles.missing_file("askubuntu", out) is None
 
 
 # ---------------------------------------------------------------------------

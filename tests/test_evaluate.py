@@ -15,7 +15,7 @@ from sklearn.metrics import average_precision_score
 from lib import cli
 import evaluate as ev
 from lib.errors import UsageError
-from lib import datafiles
+from lib import datafiles, taskfiles
 
 ASKUBUNTU_TINY = Path(__file__).resolve().parent / "data" / "askubuntu_tiny"
 
@@ -231,8 +231,10 @@ def test_the_tables_name_the_same_tasks():
     assert list(ev.TASKS) == ["sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "stsb-dev", "sickr", "twitterpara",
                               "askubuntu", "useb-askubuntu", "useb-cqadupstack", "useb-twitterpara", "useb-scidocs",
                               "align-uniform"]  # the order --help and the errors list them in
-    assert set(ev.TASK_FILES) == set(ev.TASKS)  # every task's files, no more
-    assert {rel.split("/")[0] for files in ev.TASK_FILES.values() for rel in files} == set(ev.SOURCES)
+    assert set(taskfiles.TASK_FILES) == set(ev.TASKS)  # every task's files, no more
+    assert {rel.split("/")[0] for files in taskfiles.TASK_FILES.values() for rel in files} == set(taskfiles.SOURCES)
+    assert [t for t in taskfiles.TASK_FILES if t.startswith("useb-")] == ev.USEB_TASKS  # missing_file's group useb
+    assert set(ev.OWN_FILE_TASKS) == set(taskfiles.OWN_FILE_KINDS)
     assert set(ev.ALL_TASKS) | set(ev.USEB_TASKS) < set(ev.TASKS) and ev.AVG7_TASKS == ev.ALL_TASKS[:7]
 
 
@@ -266,9 +268,9 @@ def test_cli_missing_data_is_one_line_before_loading_a_model(tmp_path):
     assert exit_info.value.code == 2
 
 
-def test_stsb_dev_helper_and_avg7(data_dir):
+def test_stsb_dev_and_avg7(data_dir):
     encoder = HashEncoder()
-    dev = ev.stsb_dev_spearman(encoder, data_dir)
+    dev = ev.evaluate(encoder, ["stsb-dev"], data_dir)["stsb-dev"]
     pairs = ev.load_stsb(data_dir / "stsbenchmark" / "sts-dev.csv")
     assert dev == pytest.approx(ev.spearman100([p[2] for p in pairs], ev.pair_cosines(HashEncoder(), pairs)))
     table = ev.format_table({**{t: float(i) for i, t in enumerate(ev.AVG7_TASKS)}, "avg7": 3.0,
@@ -310,8 +312,8 @@ def test_last2_mean_pooling_from_the_command_line(tiny_model_dir, data_dir, tmp_
     scores = json.loads(out.read_text())
     assert scores["pooling"] == "last2-mean"
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="last2-mean")
-    assert scores["stsb-dev"] == pytest.approx(ev.stsb_dev_spearman(encoder, data_dir), abs=1e-9)
-    assert scores["stsb-dev"] != pytest.approx(ev.stsb_dev_spearman(SentenceEncoder.from_pretrained(
-        tiny_model_dir, pooling="mean"), data_dir), abs=1e-3)
+    assert scores["stsb-dev"] == pytest.approx(ev.evaluate(encoder, ["stsb-dev"], data_dir)["stsb-dev"], abs=1e-9)
+    mean = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean")
+    assert scores["stsb-dev"] != pytest.approx(ev.evaluate(mean, ["stsb-dev"], data_dir)["stsb-dev"], abs=1e-3)
     with pytest.raises(ValueError, match="cannot express last2-mean"):
         encoder.save_pretrained(tmp_path / "m")

@@ -1,6 +1,7 @@
 """USEB (evaluate.py's useb-* tasks) against the `useb` package itself, the oracle: a small copy of USEB's
 data-eval layout made here by hand (ties, a query without a duplicate, missing titles, several forums, both
 splits), the same deterministic fake embeddings fed to both, and every score and detail compared."""
+import functools
 import json
 import shlex
 import subprocess
@@ -16,6 +17,8 @@ from lib import selection
 from test_evaluate import HashEncoder  # a fixed pseudo-random 8-d vector per text
 from test_evaluate import cli_error  # python evaluate.py ARGV's one-line error, as cli.run gives it
 from lib import useb as useb_files
+from lib.datafiles import load_askubuntu_titles
+from lib.taskfiles import missing_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SPLITS = ["valid", "test"]
@@ -198,10 +201,10 @@ def test_cqadupstack_equals_useb(useb_data, split, kind):
     theirs = oracle("cqadupstack", ENCODERS[kind](), split, useb_data)
     assert result["useb-cqadupstack"] == theirs["map@100_cqadupstack_avg"]
     assert result["details"]["useb-cqadupstack"] == {f: theirs[f"map@100_cqadupstack_{f}"] for f in FORUMS}
-    exact = ev.cqadupstack_scores(ENCODERS[kind](), useb_data / useb_files.USEB_EVAL / "cqadupstack", split)
+    exact_avg, exact = ev.task_useb_cqadupstack(ENCODERS[kind](), useb_data, 64, False, split)  # before rounding
     before_rounding = unrounded("cqadupstack", ENCODERS[kind](), split, useb_data)
-    for forum in [*FORUMS, "avg"]:
-        assert exact[forum] == pytest.approx(before_rounding[f"map@100_cqadupstack_{forum}"], abs=1e-12)
+    for forum, value in [*exact.items(), ("avg", exact_avg)]:
+        assert value == pytest.approx(100 * before_rounding[f"map@100_cqadupstack_{forum}"], abs=1e-10)
 
 
 @pytest.mark.parametrize("kind", ENCODERS)
@@ -222,10 +225,11 @@ def test_scidocs_equals_useb(useb_data, split, kind):
     theirs = oracle("scidocs", ENCODERS[kind](), split, useb_data)
     assert result["useb-scidocs"] == theirs["map_scidocs_cosine_avg"]
     assert result["details"]["useb-scidocs"] == {s: theirs[f"map_scidocs_{s}_cosine"] for s in SUBSETS}
-    exact = ev.scidocs_scores(ENCODERS[kind](), useb_data / useb_files.USEB_EVAL / "scidocs", split)
+    _, exact = ev.task_useb_scidocs(ENCODERS[kind](), useb_data, 64, False, split)  # before rounding
     before_rounding = unrounded("scidocs", ENCODERS[kind](), split, useb_data)
+    assert list(exact) == SUBSETS
     for subset in SUBSETS:
-        assert exact[subset] == pytest.approx(before_rounding[f"map_scidocs_{subset}_cosine"], abs=1e-12)
+        assert exact[subset] == pytest.approx(100 * before_rounding[f"map_scidocs_{subset}_cosine"], abs=1e-10)
 
 
 @pytest.mark.parametrize("split", SPLITS)
@@ -276,7 +280,7 @@ def test_askubuntu_ties_keep_the_bm25_order(tmp_path):
     (folder / "test.txt").write_text("1\t13\t12 11 13 14 15\t5 5 9 1 0.5\n")
     # BM25 order 13 12 11 14 15; all cosines tie: dev's similar 11 is 3rd (AP 1/3), test's 13 is 1st (AP 1)
     for split, expected in [("valid", 33.33), ("test", 100.0)]:
-        assert ev.task_useb_askubuntu(GridEncoder(), tmp_path, 64, False, split)[0] == expected
+        assert ev.evaluate(GridEncoder(), ["useb-askubuntu"], tmp_path, split=split)["useb-askubuntu"] == expected
         assert oracle("askubuntu", GridEncoder(), split, tmp_path)["map_askubuntu_title"] == expected
 
 
@@ -305,7 +309,7 @@ def test_trec_eval_ap_by_hand_and_against_pytrec_eval():
 def test_cqadupstack_chunks_bound_the_score_matrix_and_change_nothing(useb_data, monkeypatch):
     folder = useb_data / useb_files.USEB_EVAL / "cqadupstack"
     monkeypatch.setattr(useb_files, "CQADUPSTACK_CHUNK", 10 ** 9)  # one matrix per forum: the unchunked computation
-    whole = ev.cqadupstack_scores(GridEncoder(), folder, "test")
+    whole = ev.task_useb_cqadupstack(GridEncoder(), useb_data, 64, False, "test")
 
     shapes = []
     top_k = useb_files.top_k_by_cosine
@@ -316,7 +320,7 @@ def test_cqadupstack_chunks_bound_the_score_matrix_and_change_nothing(useb_data,
 
     monkeypatch.setattr(useb_files, "CQADUPSTACK_CHUNK", 5)
     monkeypatch.setattr(useb_files, "top_k_by_cosine", recording)
-    assert ev.cqadupstack_scores(GridEncoder(), folder, "test") == whole
+    assert ev.task_useb_cqadupstack(GridEncoder(), useb_data, 64, False, "test") == whole
     split = json.loads((folder / "retrieval_split.json").read_text())["test"]
     expected = []
     for forum, size in FORUMS.items():
@@ -326,9 +330,17 @@ def test_cqadupstack_chunks_bound_the_score_matrix_and_change_nothing(useb_data,
 
 
 def test_a_pool_smaller_than_100_takes_the_whole_pool(tmp_path):
-    titles = {str(i): f"title {i}" for i in range(30)}
-    aps = ev.cqadupstack_forum_aps(HashEncoder(), titles, {"0": ["1", "2"], "3": ["29"]})
-    assert len(aps) == 2 and all(0 < ap <= 1 for ap in aps)  # every title of the pool is ranked
+    folder = tmp_path / useb_files.USEB_EVAL / "cqadupstack"
+    folder.mkdir(parents=True)
+    (folder / "corpus.json").write_text(json.dumps({"f": {str(i): f"title {i}" for i in range(30)}}))
+    (folder / "retrieval_split.json").write_text(json.dumps({"test": {"f": {"0": ["1", "2"], "3": ["29"]}}}))
+    embed = functools.partial(ev.encode_unique, HashEncoder())
+    ((forum, retrieved),) = useb_files.cqadupstack_retrieved(embed, folder, "test")
+    labels = [labels for labels, _ in retrieved]
+    assert forum == "f" and [len(x) for x in labels] == [28, 28]  # every title of the pool (30 less 2 queries)
+    assert [sum(x) for x in labels] == [2, 1]  # so every duplicate is found
+    score, details = ev.task_useb_cqadupstack(HashEncoder(), tmp_path, 64, False, "test")
+    assert 0 < score == details["f"] <= 100
 
 
 # ---------------------------------------------------------------------------
@@ -339,7 +351,7 @@ def test_each_split_encodes_only_what_it_needs_and_texts_are_stripped(useb_data)
     folder = useb_data / useb_files.USEB_EVAL / "askubuntu"
     dev = [line.split("\t") for line in (folder / "dev.txt").read_text().splitlines()]
     dev_ids = {i for qid, similar, candidates, _ in dev if similar for i in [qid, *candidates.split()]}
-    titles = ev.load_askubuntu_titles(folder / "text_tokenized.txt")
+    titles = load_askubuntu_titles(folder / "text_tokenized.txt")
     encoder = GridEncoder()
     ev.evaluate(encoder, ["useb-askubuntu"], useb_data, split="valid")  # the model-selection call
     assert sorted(encoder.encoded) == sorted({titles[i] for i in dev_ids})  # each dev title once, nothing else
@@ -357,7 +369,7 @@ def test_missing_useb_data_names_the_file_and_the_fetch_command(tmp_path):
     message = str(e.value)
     assert "useb/data-eval/scidocs/data.json" in message and "UKPLab/useb" in message
     assert f"--fetch-data {tmp_path} --sets useb" in message and "\n" not in message
-    assert ev.missing_file("useb", tmp_path).startswith(f"missing data file {tmp_path}/useb/data-eval/askubuntu/")
+    assert missing_file("useb", tmp_path).startswith(f"missing data file {tmp_path}/useb/data-eval/askubuntu/")
     result = ev.evaluate(HashEncoder(), "all", tmp_path)  # `all` never runs (nor skips) the useb tasks
     assert not any(task.startswith("useb") for task in [*result, *result["skipped"]])
     with pytest.raises(ValueError, match="unknown split 'dev'; choose from test, valid"):
