@@ -456,3 +456,51 @@ def test_torchs_own_not_implemented_error_is_a_traceback_not_an_unwritten_exerci
 
     with pytest.raises(NotImplementedError):
         cli.run(main)
+
+
+# ----------------------------------------------------------------------------
+# Flags that act deep in a run: each one reaches the place where it acts
+
+
+def test_scale_reaches_the_fine_tuning_loss(tiny_model_dir, tmp_path):
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("anchor\tpositive\na cat sits\ta cat is sitting\n")
+    args = finetune_train.parse_args(["--pairs", str(pairs), "--model", str(tiny_model_dir), "--scale", "5"])
+    assert finetune_train.build_objective(args).scale == 5.0
+    default = finetune_train.parse_args(["--pairs", str(pairs), "--model", str(tiny_model_dir)])
+    assert finetune_train.build_objective(default).scale == 20.0
+
+
+def test_patience_reaches_each_consert_stage(small_corpus):
+    unsup = consert_train.parse_args(["--corpus", str(small_corpus), "--patience", "3"])
+    assert [stage.patience for stage in consert_train.stages(unsup)] == [3]
+    assert [stage.patience for stage in consert_train.stages(consert_train.parse_args(["--corpus", str(small_corpus)]))] == [10]
+    two = consert_train.parse_args(["--corpus", str(small_corpus), "--nli", "x.jsonl", "--strategy", "sup-unsup",
+                                    "--patience", "4", "--nli-patience", "2"])
+    assert [stage.patience for stage in consert_train.stages(two)] == [2, 4]  # the NLI stage's, then the unlabelled one's
+
+
+def test_workers_reach_the_data_loader(tiny_model_dir, small_corpus):
+    from lib import experiment
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
+    dataset = consert.SentenceDataset(["one sentence", "two sentences"], encoder.tokenizer, encoder.max_length)
+    for flags, workers in ((["--workers", "1"], 1), ([], 0)):  # default on CPU: none
+        args = consert_train.parse_args(["--corpus", str(small_corpus), *flags])
+        loader = experiment.loader(dataset, consert.collate_sentences, encoder, args, torch.device("cpu"))
+        assert loader.num_workers == workers
+    assert sum(len(batch["input_ids"]) for batch in loader) == 2
+
+
+def test_mask_rate_reaches_the_masking(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
+    from baselines import mlm
+    rates = []
+
+    class Recorded(mlm.MaskedDataset):
+        def __init__(self, *a, rate: float, **kw):
+            rates.append(rate)
+            super().__init__(*a, rate=rate, **kw)
+
+    monkeypatch.setattr(mlm, "MaskedDataset", Recorded)
+    mlm.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--steps", "1", "--mask-rate", "0.4",
+              "--out", str(tmp_path / "run")])
+    assert rates == [0.4]
