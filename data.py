@@ -5,6 +5,7 @@
   fixed_batches                  held-out lines (lib.corpus.hold_out) in batches, for a label-free dev signal
 Each method brings its own data set and collate function (tsdae.py's damaged pairs, consert.py's sentences and
 NLI pairs). Reading the corpus file is lib/corpus.py's job; the evaluation sets' files are lib/datafiles.py's.
+Nothing to run here: the experiments (`python tsdae.py --corpus FILE`, ...) build their loaders with make_loader.
 """
 from __future__ import annotations
 

@@ -8,6 +8,9 @@ hand `train` an `objective`, a module whose forward(batch) returns the loss of t
 
 Around the loop, in lib/: the run folder, checkpoints, Ctrl-C and the progress line (lib/run.py), model selection
 and the held-out dev signals (lib/selection.py).
+
+Nothing to run here: `python tsdae.py --corpus FILE` (or consert.py, finetune.py, baselines/mlm.py) builds an
+objective and calls `train`; a breakpoint in its loop stops every one of them.
 """
 from __future__ import annotations
 
