@@ -26,7 +26,7 @@ from lib import cli, distributed
 from lib.corpus import hold_out, open_corpus
 from lib.errors import UsageError
 from lib.weights import default_model_path
-from model import SentenceEncoder
+from model import Bert, SentenceEncoder
 from speedups import fast
 
 
@@ -116,17 +116,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_objective(args: argparse.Namespace, device: torch.device) -> tuple[tsdae.TSDAELoss, tsdae.TSDAELoss]:
-    """(the plain objective, the one that trains): the encoder of --model with the decoder tied to it; under
-    torchrun its loss is the mean over every process's tokens. What trains is the plain objective with speedups/fast.py's
-    pieces swapped in (the same parameters and numbers), unless --plain or a lab that reads token states."""
-    base_model = args.model or default_model_path()
-    encoder = SentenceEncoder.from_pretrained(base_model, pooling=args.pooling, max_length=args.max_length)
-    loss = TokenMemoryTSDAELoss if args.decoder_memory == "tokens" else tsdae.TSDAELoss  # LABS.md, lab 5
-    plain = loss(encoder, tie=not args.untie, normalisation=args.loss_normalisation,
-                 global_mean=distributed.global_mean)
-    if args.plain or args.decoder_memory == "tokens":
-        return plain, plain
-    return plain, fast.speed_up_tsdae(plain, device)
+    """(the objective whose encoder and decoder are saved, the objective that trains): one object, built with
+    speedups/fast.py's pieces (the encoder a PackedBert, its word lookup a SparseGradLookup when tied, the decoder a
+    PackedDecoder: the plain parameters under their names, the same numbers) unless --plain or a lab that reads
+    token states. The encoder of --model with the decoder tied to it; under torchrun its loss is the mean over
+    every process's tokens."""
+    quick, tie = not args.plain and args.decoder_memory == "vector", not args.untie
+    bert_class = (fast.SparseLookupPackedBert if tie else fast.PackedBert) if quick else Bert
+    encoder = SentenceEncoder.from_pretrained(args.model or default_model_path(), pooling=args.pooling,
+                                              max_length=args.max_length, bert_class=bert_class)
+    settings = dict(tie=tie, normalisation=args.loss_normalisation, global_mean=distributed.global_mean)
+    if args.decoder_memory == "tokens":  # LABS.md, lab 5
+        objective = TokenMemoryTSDAELoss(encoder, **settings)
+    else:
+        objective = tsdae.TSDAELoss(encoder, decoder_class=fast.PackedDecoder if quick else tsdae.TSDAEDecoder, **settings)
+    return objective, objective
 
 
 def denoising_pairs(sentences: Sequence[str], encoder: SentenceEncoder,

@@ -41,7 +41,7 @@ from lib import cli, distributed  # noqa: E402
 from lib.corpus import open_corpus  # noqa: E402
 from lib.errors import UsageError  # noqa: E402
 from lib.weights import default_model_path  # noqa: E402
-from model import MLMHead, SentenceEncoder  # noqa: E402
+from model import Bert, MLMHead, SentenceEncoder  # noqa: E402
 from speedups import fast  # noqa: E402
 
 IGNORE = -100  # the label of a position that is not predicted (F.cross_entropy's and transformers' ignore_index)
@@ -257,14 +257,13 @@ def check_one_process() -> None:
 
 
 def build_objective(args: argparse.Namespace, device: torch.device) -> tuple[MLMLoss, MLMLoss]:
-    """(the plain objective, the one that trains): MLMLoss on the encoder of --model; what trains runs the encoder
+    """(the objective whose encoder is saved, the one that trains): one MLMLoss on the encoder of --model, loaded
     as speedups/fast.py's PackedBert (the same parameters and numbers, no work on padding) unless --plain."""
     encoder = SentenceEncoder.from_pretrained(args.model or default_model_path(), pooling=args.pooling,
-                                              max_length=args.max_length)
-    plain = MLMLoss(encoder)
-    if args.plain:
-        return plain, plain
-    return plain, fast.replaced(plain, encoder=fast.speed_up_encoder(encoder, device))
+                                              max_length=args.max_length,
+                                              bert_class=Bert if args.plain else fast.PackedBert)
+    objective = MLMLoss(encoder)
+    return objective, objective
 
 
 def masked_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argparse.Namespace,
