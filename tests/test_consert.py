@@ -15,7 +15,7 @@ import consert
 import consert_train
 import data
 import train
-from consert import ConSERTLoss, View, nt_xent
+from consert import AdversarialConSERTLoss, ConSERTLoss, SupervisedConSERTLoss, View, nt_xent
 from model import SentenceEncoder, pool
 from lib.corpus import read_corpus
 from lib import datafiles
@@ -59,7 +59,14 @@ def embedding_output(encoder: SentenceEncoder, ids: torch.Tensor) -> torch.Tenso
 
 
 def objective(encoder: SentenceEncoder, view1=("none", 0.0), view2=("none", 0.0), **kw) -> ConSERTLoss:
-    return ConSERTLoss(encoder, (View(*view1), View(*view2)), **kw)
+    """The class consert_train.build_objective picks: with NLI classes the supervised one, with the adversarial view
+    (or its norm) the adversarial one, else ConSERT's unsupervised objective."""
+    views = (View(*view1), View(*view2))
+    if "nli_classes" in kw:
+        return SupervisedConSERTLoss(encoder, views, **kw)
+    if "adversarial" in (view1[0], view2[0]) or "adv_norm" in kw:
+        return AdversarialConSERTLoss(encoder, views, **kw)
+    return ConSERTLoss(encoder, views, **kw)
 
 
 def collate(ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
