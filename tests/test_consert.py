@@ -742,3 +742,41 @@ def test_few_shot_run_trains_an_epoch_of_the_full_corpus(tiny_model_dir, small_c
     consert_train.main(["--corpus", str(small_corpus), *tiny(tiny_model_dir, tmp_path / "once", "--batch-size", 4,
                                                              "--epochs", 1, "--few-shot", 3)])
     assert "ConSERT unsup: 3 sentences" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- the flags of the NLI stage and of the attack
+
+
+def test_the_nli_stage_flags_reach_its_views_lr_and_epochs(tmp_path):
+    """--nli-view1, --nli-rate1, --nli-rate2, --nli-lr and --nli-epochs replace the official NLI stage's entries
+    (consert_train.stages); its lr is the optimiser's (stage_settings), its epochs the steps' count (run_stage)."""
+    official = consert_train.stages(consert_train.parse_args(["--nli", "pairs.jsonl", "--strategy", "joint-unsup",
+                                                              "--corpus", "c.txt"]))
+    flags = ["--nli", "pairs.jsonl", "--strategy", "joint-unsup", "--corpus", "c.txt", "--nli-view1", "feature_cutoff",
+             "--nli-rate1", "0.3", "--nli-rate2", "0.25", "--nli-lr", "3e-5", "--nli-epochs", "2"]
+    args = consert_train.parse_args(flags)
+    nli, unsup = consert_train.stages(args)
+    assert official[0].views == consert_train.NLI_VIEWS and (official[0].lr, official[0].epochs) == (2e-5, 1)
+    assert nli.views == (View("feature_cutoff", 0.3), View("token_cutoff", 0.25))  # view 2 stays the official one
+    assert (nli.lr, nli.epochs) == (3e-5, 2)
+    assert unsup == official[1]  # the contrastive stage keeps its own settings
+    pairs = [("a man plays", "a person plays", 0)]
+    assert consert_train.stage_settings(nli, tmp_path, False, args, flags, pairs, None, steps=4).lr == 3e-5
+
+
+def test_adv_norm_is_the_length_of_the_adversarial_perturbation(tiny_model_dir, small_corpus, monkeypatch):
+    """--adv-norm reaches the objective build_objective picks for an adversarial view, and every real token of the
+    view moves by that length (fgv_perturbation)."""
+    args = consert_train.parse_args(["--corpus", str(small_corpus), "--view2", "adversarial", "--adv-norm", "0.05",
+                                     "--plain"])
+    stage = consert_train.stages(args)[0]
+    encoder = consert_train.build_encoder(stage, tiny_model_dir, args)
+    obj = consert_train.build_objective(stage, encoder, args, torch.device("cpu"), world=1)
+    assert type(obj) is AdversarialConSERTLoss and obj.adv_norm == 0.05
+    perturbations, real_fgv = [], consert.fgv_perturbation
+    monkeypatch.setattr(consert, "fgv_perturbation", lambda *a: perturbations.append(real_fgv(*a)) or perturbations[-1])
+    ids = data.tokenize(encoder.tokenizer, read_corpus(small_corpus)[:4], 32)
+    obj(consert.collate_sentences(ids))
+    (r,) = perturbations
+    lengths = r.norm(dim=-1)[consert.collate_sentences(ids)["attention_mask"].bool()]  # (real tokens,)
+    assert torch.allclose(lengths, torch.full_like(lengths, 0.05), rtol=1e-3)
