@@ -114,7 +114,8 @@ def on_path(request):
     def convert(encoder):
         if request.param == "plain":
             return encoder
-        quick = SentenceEncoder.from_pretrained(encoder.source, encoder.pooling, encoder.max_length, fast.PackedBert)
+        with torch.random.fork_rng():  # loading draws initial weights: the test's random state stays as it was
+            quick = SentenceEncoder.from_pretrained(encoder.source, encoder.pooling, encoder.max_length, fast.PackedBert)
         for plain, packed in zip(encoder.bert.modules(), quick.bert.modules()):  # the same dropout rates (ConSERT's
             if isinstance(plain, torch.nn.Dropout):  # switch_off_dropout sets some to 0)
                 packed.p = plain.p

@@ -61,8 +61,8 @@ def assert_same(a: tuple[float, dict], b: tuple[float, dict], tolerance: float =
 
 
 def chunked(objective: consert.ConSERTLoss, size: int, cache: bool = True) -> consert.ConSERTLoss:
-    """The objective as consert_train.build_objective builds it for --micro-batch: the same encoder, settings, mode
-    and classifier."""
+    """The objective as consert_train.build_objective builds it for --micro-batch: the same encoder (in its mode),
+    settings and classifier."""
     settings = dict(temperature=objective.temperature, cl_weight=objective.cl_weight, micro_batch=size, cache=cache)
     if isinstance(objective, consert.SupervisedConSERTLoss):
         twin = gradcache.ChunkedSupervisedConSERTLoss(objective.encoder, objective.views,
@@ -70,7 +70,7 @@ def chunked(objective: consert.ConSERTLoss, size: int, cache: bool = True) -> co
         twin.classifier = objective.classifier
     else:
         twin = gradcache.ChunkedConSERTLoss(objective.encoder, objective.views, **settings)
-    return twin.train(objective.training)
+    return twin  # the encoder's mode is the one the test set
 
 
 def strategies(encoder: SentenceEncoder, sentences: list[str], views: tuple[str, str]):
