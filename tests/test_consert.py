@@ -440,15 +440,18 @@ def test_resume_continues_the_same_loss_sequence_across_both_stages(tiny_model_d
               "--steps", 6, "--view1", "feature_cutoff", "--view2", "shuffle", "--lr", "1e-3"]
     consert_train.main(tiny(tiny_model_dir, tmp_path / "a", *common))
 
-    real_forward, calls = ConSERTLoss.forward, {"n": 0}
+    calls = {"n": 0}
 
-    def forward(self, batch):  # Ctrl-C at the given calls: in stage 1 (call 3), then in stage 2 (call 4 + 3)
-        calls["n"] += 1
-        if calls["n"] in calls.get("stop", ()):
-            raise KeyboardInterrupt
-        return real_forward(self, batch)
+    def stopping(real_forward):
+        def forward(self, batch):  # Ctrl-C at the given calls: in stage 1 (call 3), then in stage 2 (call 4 + 3)
+            calls["n"] += 1
+            if calls["n"] in calls.get("stop", ()):
+                raise KeyboardInterrupt
+            return real_forward(self, batch)
+        return forward
 
-    monkeypatch.setattr(ConSERTLoss, "forward", forward)
+    for stage_class in (SupervisedConSERTLoss, ConSERTLoss):  # joint, then unsup
+        monkeypatch.setattr(stage_class, "forward", stopping(stage_class.forward))
     calls["stop"] = (3,)
     with pytest.raises(SystemExit):
         consert_train.main(tiny(tiny_model_dir, tmp_path / "b", *common))
