@@ -5,14 +5,20 @@ each sentence apart from the other sentences of the batch.
     sentence --embed--> view 2 (e.g. token shuffle)  --Transformer layers--> mean pool --+-- NT-Xent
 
 The views are made AT THE EMBEDDING LAYER (§3.3): the words stay the same; the position ids or the
-embedding layer's output change, between `Bert.embed` and `Bert.run_layers` (ConSERTLoss.encode). With NLI
-labels the contrastive loss can be fused with a supervised classifier (§3.4: joint, sup-unsup, joint-unsup).
+embedding layer's output change, between `Bert.embed` and `Bert.run_layers` (ConSERTLoss.encode).
 
 Read top to bottom:
   1. the views (§3.3)                  shuffle, token / feature cutoff, span, dropout, adversarial (FGV)
   2. the contrastive loss (§3.2)       nt_xent
-  3. the objective (§3.2, §3.4)        ConSERTLoss: encode view 1, encode view 2, NT-Xent (+ NLI classifier)
-  4. its batches                       SentenceDataset, NLIDataset, their collate functions, sentence_keys
+  3. the objective (§3.2)              ConSERTLoss: encode view 1, encode view 2, NT-Xent
+  4. the adversarial view (§3.3)       AdversarialConSERTLoss(ConSERTLoss): FGV, also without labels
+  5. NLI supervision (§3.4)            SupervisedConSERTLoss(AdversarialConSERTLoss): sup and joint
+  6. its batches                       SentenceDataset, NLIDataset, their collate functions, sentence_keys
+What runs: `python consert.py --plain` runs these classes as they are, on model.Bert. By default
+(consert_train.py) the same classes run on an encoder loaded as speedups/fast.py's PackedBert, whose run_layers
+computes the real tokens only (the same numbers, tests/test_fast.py); with --bucketing (batches that hold almost
+no padding) the plain Bert. consert_train.build_objective picks the class: ConSERTLoss for the "unsup" stage,
+AdversarialConSERTLoss when a view is adversarial, SupervisedConSERTLoss for "sup" and "joint".
 The experiment (the official settings of each strategy, stage by stage, the command line) is consert_train.py:
 `python consert.py` runs that file as the script (which imports this one).
 """
@@ -50,7 +56,7 @@ VIEW_NAMES = (
     "span",            # one contiguous span kept, the rest masked out
     "dropout",         # random entries of the embedding output zeroed
     "simcse",          # unaugmented too, but the encoder's own dropout differs between passes (SimCSE, Gao et al. 2021)
-    "adversarial",     # FGV: the unaugmented pass moved uphill on a loss (needs that loss: see ConSERTLoss)
+    "adversarial",     # FGV: the unaugmented pass moved uphill on a loss (AdversarialConSERTLoss)
 )
 
 
@@ -173,7 +179,7 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float, same: torch.
 
 
 # ----------------------------------------------------------------------------
-# 3. The training objective: contrastive, supervised (§3.4), or both
+# 3. The objective (§3.2): two views of every sentence of the batch, then NT-Xent between them
 
 
 def switch_off_dropout(encoder: SentenceEncoder) -> None:
@@ -185,6 +191,123 @@ def switch_off_dropout(encoder: SentenceEncoder) -> None:
         if isinstance(module, MultiHeadAttention):
             module.dropout_p = 0.0
 
+
+def own_rows(x: torch.Tensor) -> torch.Tensor:
+    """The rows of this batch, as they are: what one process contrasts."""
+    return x
+
+
+class ConSERTLoss(nn.Module):
+    """ConSERT's unsupervised objective (§3.2): for a batch of unlabelled sentences {input_ids, attention_mask,
+    sentence_keys}, cl_weight * NT-Xent(view 1, view 2). The keys number the batch's sentences, equal for identical
+    ones (sentence_keys, section 6): a copy of a sentence is no negative of it.
+
+    cl_weight: the official code multiplies the contrastive loss by cl_rate = 0.15 in every setting, also
+    when it is the only loss; with AdamW a constant factor then matters only through gradient clipping.
+    gather(x): the rows of x (this batch's vectors, keys, logits) that the losses compare: x itself (own_rows).
+    Under torchrun the experiment gives lib/distributed.py's gather: every process's rows, so the negatives are
+    the whole batch's and N processes compute the loss of the whole batch.
+    Built on it below: the adversarial view (AdversarialConSERTLoss, section 4) and the NLI supervision
+    (SupervisedConSERTLoss, section 5).
+    """
+
+    view_names = tuple(name for name in VIEW_NAMES if name != "adversarial")  # the views encode makes
+
+    def __init__(self, encoder: SentenceEncoder, views: tuple[View, View], temperature: float = 0.1,
+                 cl_weight: float = 0.15, gather: Callable[[torch.Tensor], torch.Tensor] = own_rows):
+        super().__init__()
+        check_views(views, self.view_names)
+        self.encoder, self.views = encoder, views
+        self.temperature, self.cl_weight, self.gather = temperature, cl_weight, gather
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        ids, mask, keys = batch["input_ids"], batch["attention_mask"], batch["sentence_keys"]
+        z1 = self.encode(ids, mask, self.views[0])  # (B, d): view 1 of every sentence (§3.3)
+        z2 = self.encode(ids, mask, self.views[1])  # (B, d): view 2
+        return self.cl_weight * self.contrastive(z1, z2, keys)  # §3.2
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, view: View) -> torch.Tensor:
+        """One encoder pass under `view` (§3.3): embed, make the view, run the layers, pool. (B, d)"""
+        x = self.encoder.bert.embed(input_ids, shuffled_positions(attention_mask) if view.name == "shuffle" else None)
+        x, attention_mask = augment(x, attention_mask, view)  # (B, L, d): the view is made here
+        return self.layers_and_pool(x, attention_mask)
+
+    def layers_and_pool(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The last layer, pooled as the encoder pools (encoder.pooling; consert_train.py builds it with mean
+        pooling over the real tokens, as the official training pools). (B, d)"""
+        return pool(self.encoder.bert.run_layers(x, attention_mask), attention_mask, self.encoder.pooling)
+
+    def contrastive(self, z1: torch.Tensor, z2: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """NT-Xent over the rows that `gather` gives: this batch's sentences, or under torchrun every process's."""
+        z1, z2, keys = self.gather(z1), self.gather(z2), self.gather(keys)  # (N, d), (N, d), (N,)
+        return nt_xent(z1, z2, self.temperature, same=keys[:, None] == keys[None, :])
+
+
+# ----------------------------------------------------------------------------
+# 4. The adversarial view (§3.3, FGV): the unaugmented pass, moved uphill on a loss
+
+
+@dataclass
+class UnaugmentedPass:
+    """An encoder pass without augmentation: its vectors, and the embedding output they came from."""
+
+    z: torch.Tensor  # (B, d)
+    embedding_output: torch.Tensor  # (B, L, d): what the adversarial view perturbs, with its own dropout draw
+    attention_mask: torch.Tensor  # (B, L)
+
+
+class AdversarialConSERTLoss(ConSERTLoss):
+    """ConSERTLoss whose views may include the adversarial one, made from an unaugmented pass of the batch; a
+    "none" or "simcse" view IS that pass, as in the official code. The paper attacks the supervised loss
+    (SupervisedConSERTLoss); on unlabelled sentences the loss attacked is the NT-Xent between the unaugmented pass
+    and the other view (this project's extension). adv_norm: the perturbation's length per token."""
+
+    view_names = VIEW_NAMES
+
+    def __init__(self, encoder: SentenceEncoder, views: tuple[View, View], temperature: float = 0.1,
+                 cl_weight: float = 0.15, adv_norm: float = 1.0,
+                 gather: Callable[[torch.Tensor], torch.Tensor] = own_rows):
+        if views[0].name == "adversarial":  # NT-Xent treats its views alike; the adversarial one needs the other first
+            views = views[::-1]
+        super().__init__(encoder, views, temperature, cl_weight, gather)
+        self.adv_norm = adv_norm
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        ids, mask, keys = batch["input_ids"], batch["attention_mask"], batch["sentence_keys"]
+        return self.cl_weight * self.two_views(ids, mask, keys, self.unaugmented(ids, mask))
+
+    def two_views(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, keys: torch.Tensor,
+                  unaugmented: UnaugmentedPass, attacked: torch.Tensor | None = None) -> torch.Tensor:
+        """NT-Xent between the two views of these sentences (§3.2); an adversarial view 2 moved uphill on
+        `attacked` (default: the NT-Xent between the unaugmented pass and view 1)."""
+        view1, view2 = self.views
+        z1 = self.vectors(input_ids, attention_mask, view1, unaugmented)  # (B, d)
+        if view2.name != "adversarial":
+            return self.contrastive(z1, self.vectors(input_ids, attention_mask, view2, unaugmented), keys)
+        if attacked is None:
+            attacked = self.contrastive(unaugmented.z, z1, keys)
+        return self.contrastive(z1, self.adversarial(unaugmented, attacked), keys)
+
+    def vectors(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, view: View,
+                unaugmented: UnaugmentedPass) -> torch.Tensor:
+        """The vectors of one view (B, d): the unaugmented pass's for "none" and "simcse"."""
+        if view.name in ("none", "simcse"):
+            return unaugmented.z
+        return self.encode(input_ids, attention_mask, view)
+
+    def unaugmented(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> UnaugmentedPass:
+        x = self.encoder.bert.embed(input_ids)  # (B, L, d)
+        return UnaugmentedPass(self.layers_and_pool(x, attention_mask), x, attention_mask)
+
+    def adversarial(self, unaugmented: UnaugmentedPass, loss: torch.Tensor) -> torch.Tensor:
+        """§3.3, FGV: the unaugmented pass's own embedding output (same dropout draw; the gradient flows through
+        it, as in the official code) moved by r uphill on `loss`, through the layers again. (B, d)"""
+        r = fgv_perturbation(loss, unaugmented.embedding_output, self.adv_norm)  # (B, L, d)
+        return self.layers_and_pool(unaugmented.embedding_output + r, unaugmented.attention_mask)
+
+
+# ----------------------------------------------------------------------------
+# 5. With NLI labels (§3.4): a classifier on the sentence pairs, alone or with the contrastive loss
 
 # The classifier's input for an NLI pair with sentence vectors u, v (§3.4): the paper, like SBERT, uses
 # (u, v, |u - v|); every official supervised script adds max(u, v)^2 (--concatenation_sent_max_square).
@@ -199,134 +322,37 @@ def nli_features(u: torch.Tensor, v: torch.Tensor, kind: str) -> torch.Tensor:
     return torch.cat(parts, dim=-1)
 
 
-@dataclass
-class UnaugmentedPass:
-    """An encoder pass without augmentation: its vectors, and the embedding output they came from."""
+class SupervisedConSERTLoss(AdversarialConSERTLoss):
+    """NLI pairs {premise_*, hypothesis_*, labels, premise_keys, hypothesis_keys} (§3.4): the supervised loss,
+    softmax cross-entropy of a linear classifier on nli_features(u, v) of the unaugmented vectors u, v of premise
+    and hypothesis ("sup"); with joint=True plus cl_weight * (NT-Xent between the premises' two views + the same
+    for the hypotheses), the adversarial view (if one) moved uphill on the supervised loss (§3.3)."""
 
-    z: torch.Tensor  # (B, d)
-    embedding_output: torch.Tensor  # (B, L, d): what the adversarial view perturbs, with its own dropout draw
-    attention_mask: torch.Tensor  # (B, L)
-
-
-def own_rows(x: torch.Tensor) -> torch.Tensor:
-    """The rows of this batch, as they are: what one process contrasts."""
-    return x
-
-
-class ConSERTLoss(nn.Module):
-    """Encoder (+ NLI classifier); forward(batch) -> the loss of one batch.
-
-    Unlabelled sentences {input_ids, attention_mask, sentence_keys}:  cl_weight * NT-Xent(view 1, view 2).
-    NLI pairs {premise_*, hypothesis_*, labels} (needs nli_classes > 0): the supervised loss, softmax
-    cross-entropy of a linear classifier on nli_features(u, v) of the unaugmented vectors (§3.4); with
-    joint=True plus cl_weight * (NT-Xent of the premises' views + NT-Xent of the hypotheses' views).
-    The *_keys of a batch number its sentences, equal for identical ones (sentence_keys, section 4).
-
-    cl_weight: the official code multiplies the contrastive loss by cl_rate = 0.15 in every setting, also
-    when it is the only loss; with AdamW a constant factor then matters only through gradient clipping.
-    gather(x): the rows of x (this batch's vectors, keys, logits) that the losses compare: x itself (own_rows).
-    Under torchrun the experiment gives lib/distributed.py's gather: every process's rows, so the negatives are
-    the whole batch's and N processes compute the loss of the whole batch.
-    """
-
-    view_names = VIEW_NAMES  # the views this objective knows how to make (encode)
-
-    def __init__(self, encoder: SentenceEncoder, views: tuple[View, View], temperature: float = 0.1,
-                 cl_weight: float = 0.15, adv_norm: float = 1.0, nli_classes: int = 0, joint: bool = False,
-                 nli_features: str = NLI_FEATURES[0], gather: Callable[[torch.Tensor], torch.Tensor] = own_rows):
-        super().__init__()
-        check_views(views, self.view_names)
-        view1, view2 = views
-        if view1.name == "adversarial":  # NT-Xent treats its views alike; the adversarial one needs the other first
-            view1, view2 = view2, view1
-        self.encoder, self.views = encoder, (view1, view2)
-        self.temperature, self.cl_weight, self.adv_norm, self.joint = temperature, cl_weight, adv_norm, joint
-        self.nli_feature_kind, self.gather = nli_features, gather
+    def __init__(self, encoder: SentenceEncoder, views: tuple[View, View], nli_classes: int, joint: bool = False,
+                 nli_features: str = NLI_FEATURES[0], temperature: float = 0.1, cl_weight: float = 0.15,
+                 adv_norm: float = 1.0, gather: Callable[[torch.Tensor], torch.Tensor] = own_rows):
+        super().__init__(encoder, views, temperature, cl_weight, adv_norm, gather)
+        self.joint, self.nli_feature_kind = joint, nli_features
         width = (4 if nli_features == NLI_FEATURES[0] else 3) * encoder.bert.cfg.hidden_size
-        self.classifier = nn.Linear(width, nli_classes) if nli_classes else None
-
-    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, view: View) -> torch.Tensor:
-        """One encoder pass under `view` (§3.3): embed, make the view, run the layers, pool. (B, d)"""
-        x = self.encoder.bert.embed(input_ids, shuffled_positions(attention_mask) if view.name == "shuffle" else None)
-        x, attention_mask = augment(x, attention_mask, view)  # (B, L, d): the view is made here
-        return self.layers_and_pool(x, attention_mask)
-
-    def layers_and_pool(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """The last layer, pooled as the encoder pools (encoder.pooling; consert_train.py builds it with mean
-        pooling over the real tokens, as the official training pools). (B, d)"""
-        return pool(self.encoder.bert.run_layers(x, attention_mask), attention_mask, self.encoder.pooling)
-
-    def unaugmented(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> UnaugmentedPass:
-        x = self.encoder.bert.embed(input_ids)  # (B, L, d)
-        return UnaugmentedPass(self.layers_and_pool(x, attention_mask), x, attention_mask)
-
-    def adversarial(self, unaugmented: UnaugmentedPass, loss: torch.Tensor) -> torch.Tensor:
-        """§3.3, FGV: the unaugmented pass's own embedding output (same dropout draw; the gradient flows through
-        it, as in the official code) moved by r uphill on `loss`, through the layers again. (B, d)"""
-        r = fgv_perturbation(loss, unaugmented.embedding_output, self.adv_norm)  # (B, L, d)
-        return self.layers_and_pool(unaugmented.embedding_output + r, unaugmented.attention_mask)
-
-    def contrastive(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, keys: torch.Tensor,
-                    unaugmented: UnaugmentedPass | None = None, attacked: torch.Tensor | None = None) -> torch.Tensor:
-        """Two views of these sentences, then NT-Xent between them (§3.2). `unaugmented`: a pass already made (the
-        supervised loss needs one); `attacked`: the loss the adversarial view attacks (the supervised loss, §3.3)."""
-        view1, view2 = self.views
-        if view2.name == "adversarial" and unaugmented is None:  # the pass that the attack perturbs, made first
-            unaugmented = self.unaugmented(input_ids, attention_mask)
-        z1 = self.vectors(input_ids, attention_mask, view1, unaugmented)  # (B, d)
-        if view2.name == "adversarial":
-            z2 = self.attack(unaugmented, z1, keys, attacked)  # (B, d)
-        else:
-            z2 = self.vectors(input_ids, attention_mask, view2, unaugmented)  # (B, d)
-        return self.contrastive_loss(z1, z2, keys)
-
-    def vectors(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, view: View,
-                unaugmented: UnaugmentedPass | None) -> torch.Tensor:
-        """The vectors of one view (B, d). An unaugmented pass already made serves as a "none" / "simcse" view, as
-        in the official code."""
-        if unaugmented is not None and view.name in ("none", "simcse"):
-            return unaugmented.z
-        return self.encode(input_ids, attention_mask, view)
-
-    def attack(self, unaugmented: UnaugmentedPass, z1: torch.Tensor, keys: torch.Tensor,
-               attacked: torch.Tensor | None) -> torch.Tensor:
-        """The adversarial view (B, d): the unaugmented pass moved uphill on `attacked`; without labels, on the
-        NT-Xent between the unaugmented pass and view 1 (this project's extension)."""
-        if attacked is None:
-            attacked = self.contrastive_loss(unaugmented.z, z1, keys)
-        return self.adversarial(unaugmented, attacked)
-
-    def contrastive_loss(self, z1: torch.Tensor, z2: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """NT-Xent over the rows that `gather` gives: this batch's sentences, or under torchrun every process's."""
-        z1, z2, keys = self.gather(z1), self.gather(z2), self.gather(keys)  # (N, d), (N, d), (N,)
-        return nt_xent(z1, z2, self.temperature, same=keys[:, None] == keys[None, :])
-
-    def supervised_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Softmax cross-entropy of the NLI classifier, the mean over the pairs that `gather` gives (§3.4)."""
-        return F.cross_entropy(self.gather(logits).float(), self.gather(labels))
+        self.classifier = nn.Linear(width, nli_classes)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        if "labels" not in batch:  # unlabelled sentences
-            ids, mask = batch["input_ids"], batch["attention_mask"]
-            return self.cl_weight * self.contrastive(ids, mask, batch["sentence_keys"])
-        # §3.4: NLI pairs. u, v: the unaugmented vectors of premise and hypothesis.
-        premise = self.unaugmented(batch["premise_ids"], batch["premise_mask"])
-        hypothesis = self.unaugmented(batch["hypothesis_ids"], batch["hypothesis_mask"])
+        premise = self.unaugmented(batch["premise_ids"], batch["premise_mask"])  # u
+        hypothesis = self.unaugmented(batch["hypothesis_ids"], batch["hypothesis_mask"])  # v
         logits = self.classifier(nli_features(premise.z, hypothesis.z, self.nli_feature_kind))  # (B, classes)
-        supervised = self.supervised_loss(logits, batch["labels"])
+        supervised = F.cross_entropy(self.gather(logits).float(), self.gather(batch["labels"]))  # mean over pairs
         if not self.joint:
             return supervised
         contrastive = (
-            self.contrastive(batch["premise_ids"], batch["premise_mask"], batch["premise_keys"], premise, supervised)
-            + self.contrastive(batch["hypothesis_ids"], batch["hypothesis_mask"], batch["hypothesis_keys"],
-                               hypothesis, supervised))
+            self.two_views(batch["premise_ids"], batch["premise_mask"], batch["premise_keys"], premise, supervised)
+            + self.two_views(batch["hypothesis_ids"], batch["hypothesis_mask"], batch["hypothesis_keys"],
+                             hypothesis, supervised))
         return supervised + self.cl_weight * contrastive
 
 
 # ----------------------------------------------------------------------------
-# 4. The batches the objective reads: unlabelled sentences, or NLI pairs (§3.4), with keys for their copies.
+# 6. The batches the objective reads: unlabelled sentences, or NLI pairs (§3.4), with keys for their copies.
 # An item is built from its key (epoch, index) (data.BatchSampler); the collate function pads a batch of items.
-
 
 
 class SentenceDataset(torch.utils.data.Dataset):

@@ -20,16 +20,18 @@ import torch
 
 import data
 import train
-from consert import (NLI_FEATURES, ConSERTLoss, NLIDataset, SentenceDataset, View, check_views, collate_nli,
-                     collate_sentences, own_rows, switch_off_dropout)
+from consert import (NLI_FEATURES, AdversarialConSERTLoss, ConSERTLoss, NLIDataset, SentenceDataset,
+                     SupervisedConSERTLoss, View, check_views, collate_nli, collate_sentences, own_rows,
+                     switch_off_dropout)
 from labs.masked_cutoff import MaskedCutoffConSERTLoss
 from labs.shared_dropout import SharedDropoutConSERTLoss
 from lib import cli, distributed, experiment
 from lib.corpus import few_shot, open_corpus
 from lib.datafiles import NLI_LABELS, read_nli, sts_corpus
+from lib.errors import UsageError
 from lib.run import finished
 from lib.selection import HeldOut
-from model import SentenceEncoder
+from model import Bert, SentenceEncoder
 from speedups import fast, gradcache
 
 VIEW_CHOICES = MaskedCutoffConSERTLoss.view_names  # consert.VIEW_NAMES and LABS.md lab 1's token_cutoff_masked
@@ -173,7 +175,10 @@ def describe(stage: Stage, trained: Sequence) -> str:
 def build_encoder(stage: Stage, model_dir: str | Path | None, args: argparse.Namespace) -> SentenceEncoder:
     """The encoder of this stage, mean-pooled as the official training pools, its own dropout on or off."""
     # the official code's tokens per sentence: min(n, --max-length) + 3, of which 2 special (Transformer.py)
-    encoder = experiment.load_encoder(model_dir, pooling="mean", max_length=args.max_length + 3)
+    # speedups/fast.py's PackedBert unless --plain or --bucketing (length buckets hold almost no padding: packing
+    # would cost): the same parameters and numbers
+    encoder = experiment.load_encoder(model_dir, pooling="mean", max_length=args.max_length + 3,
+                                      bert_class=Bert if args.plain or args.bucketing else fast.PackedBert)
     if not stage.dropout:
         switch_off_dropout(encoder)
     return encoder
@@ -190,19 +195,25 @@ def objective_class(stage: Stage, args: argparse.Namespace) -> type[ConSERTLoss]
 
 def build_objective(stage: Stage, encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
                     world: int) -> ConSERTLoss:
-    """The stage's objective. Under torchrun its negatives (and NLI pairs) are every process's (--local-negatives:
-    each process's own). speedups/fast.py's pieces unless --plain or --bucketing (length buckets hold almost no padding:
-    packing would cost); the cached gradient with --micro-batch. The same parameters and numbers each way."""
+    """The stage's objective: ConSERTLoss (unsup; a lab's subclass when the flags ask), AdversarialConSERTLoss (unsup
+    with an adversarial view) or SupervisedConSERTLoss (sup, joint); with --micro-batch the cached gradient's
+    (speedups/gradcache.py). Under torchrun its negatives (and NLI pairs) are every process's (--local-negatives:
+    each process's own). The encoder's PackedBert or Bert is build_encoder's choice."""
     gather = distributed.gather_with_local_grad if world > 1 and not args.local_negatives else own_rows
-    objective = objective_class(stage, args)(
-        encoder, stage.views, temperature=args.temperature, cl_weight=args.cl_weight, adv_norm=args.adv_norm,
-        nli_classes=0 if stage.kind == "unsup" else len(NLI_LABELS), joint=stage.kind == "joint",
-        nli_features=args.nli_features, gather=gather)
-    if not args.plain and not args.bucketing:
-        objective = fast.speed_up_consert(objective, device)
-    if args.micro_batch:  # the whole batch's loss and gradient, the encoder's graph one chunk at a time
-        objective = gradcache.ChunkedConSERTLoss.of(objective, args.micro_batch)
-    return objective
+    common = dict(temperature=args.temperature, cl_weight=args.cl_weight, gather=gather)
+    chunks = {"micro_batch": args.micro_batch} if args.micro_batch else {}
+    adversarial = "adversarial" in [view.name for view in stage.views]
+    lab = objective_class(stage, args)  # ConSERTLoss or a lab's (LABS.md, labs 1 and 3)
+    if lab is MaskedCutoffConSERTLoss and (stage.kind != "unsup" or adversarial):
+        raise UsageError("the view token_cutoff_masked is a lab of the unsupervised objective (LABS.md, lab 1): "
+                         "not with NLI pairs nor beside the adversarial view")
+    if stage.kind != "unsup":  # §3.4 (--shared-dropout in joint: its two simcse views are already one pass)
+        supervised = gradcache.ChunkedSupervisedConSERTLoss if args.micro_batch else SupervisedConSERTLoss
+        return supervised(encoder, stage.views, len(NLI_LABELS), joint=stage.kind == "joint",
+                          nli_features=args.nli_features, adv_norm=args.adv_norm, **chunks, **common)
+    if adversarial:
+        return AdversarialConSERTLoss(encoder, stage.views, adv_norm=args.adv_norm, **common)
+    return (gradcache.ChunkedConSERTLoss if args.micro_batch else lab)(encoder, stage.views, **chunks, **common)
 
 
 def datasets(stage: Stage, inputs: Sequence, encoder: SentenceEncoder) -> tuple[torch.utils.data.Dataset, Callable]:

@@ -46,7 +46,7 @@ from lib.datafiles import (STS_SUBSETS, STSB_SPLITS, load_askubuntu, load_pit201
 from lib.errors import CorpusError, DataFormatError, DataMissingError
 from lib.taskfiles import check_own_file, default_data_dir, load_pairs_file, load_sts_file, missing_file, own_file
 from lib.weights import default_model_path
-from model import SentenceEncoder
+from model import Bert, SentenceEncoder
 from speedups import fast
 
 # ---------------------------------------------------------------------------
@@ -469,9 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_own_file(task)  # a malformed file of yours: one line (CorpusError), before the model is loaded
     device = cli.device(args.device)  # cli.UsageError: a device this machine does not have
     model_dir = args.model or default_model_path()
-    encoder = SentenceEncoder.from_pretrained(model_dir, pooling=args.pooling).to(device)  # or ModelLoadError
-    if not args.plain:
-        encoder = fast.speed_up_encoder(encoder, device)
+    bert_class = Bert if args.plain else fast.PackedBert
+    encoder = SentenceEncoder.from_pretrained(model_dir, pooling=args.pooling, bert_class=bert_class).to(device)  # or ModelLoadError
     try:
         result = evaluate(encoder, tasks, data_dir, args.batch_size, show_progress=True, split=args.split)
     except DataFormatError as err:  # a malformed data file: one line, as a bad corpus

@@ -27,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
+from consert import own_rows
 from data import pad, tokenize
 from model import SentenceEncoder
 
@@ -88,11 +89,6 @@ SCORED_LOSSES = {"cosent": cosent_loss, "cosine": cosine_regression_loss}
 
 # ----------------------------------------------------------------------------
 # 3. The objective
-
-
-def own_rows(x: torch.Tensor) -> torch.Tensor:
-    """The rows of this batch, as they are (under torchrun the experiment passes lib/distributed.py's gather)."""
-    return x
 
 
 class SupervisedLoss(nn.Module):

@@ -12,7 +12,8 @@ Read top to bottom:
 
 No objective and no training here. Two pieces exist for the methods: the `memory` of MultiHeadAttention (TSDAE's
 cross-attention) and last2-mean pooling (ConSERT's official evaluation). The files on disk (safetensors, Hugging
-Face names, Hub ids) are lib/weights.py's job; speed-ups are speedups/fast.py's.
+Face names, Hub ids) are lib/weights.py's job; speed-ups are speedups/fast.py's (PackedBert: a Bert subclass,
+chosen when the encoder is loaded: `SentenceEncoder.from_pretrained(path, bert_class=PackedBert)`).
 """
 from __future__ import annotations
 
@@ -69,10 +70,10 @@ class BertConfig:
 class Embeddings(nn.Module):
     """token vector + position vector + segment vector, then LayerNorm and dropout (BERT §3)."""
 
-    def __init__(self, cfg: BertConfig):
+    def __init__(self, cfg: BertConfig, lookup_class: type[nn.Embedding] = nn.Embedding):
         super().__init__()
         e = cfg.embedding_size or cfg.hidden_size
-        self.word = nn.Embedding(cfg.vocab_size, e, padding_idx=cfg.pad_token_id)
+        self.word = lookup_class(cfg.vocab_size, e, padding_idx=cfg.pad_token_id)  # the word vectors E (V, e)
         self.position = nn.Embedding(cfg.max_position_embeddings, e,
                                      padding_idx=cfg.pad_token_id if cfg.position_offset else None)
         self.token_type = nn.Embedding(cfg.type_vocab_size, e) if cfg.type_vocab_size else None
@@ -177,9 +178,9 @@ class FeedForward(nn.Module):
 class EncoderLayer(nn.Module):
     """Post-LayerNorm residual blocks: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
 
-    def __init__(self, cfg: BertConfig):
+    def __init__(self, cfg: BertConfig, attention_class: type[MultiHeadAttention] = MultiHeadAttention):
         super().__init__()
-        self.attn = MultiHeadAttention(cfg)
+        self.attn = attention_class(cfg)
         self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.ffn = FeedForward(cfg)
         self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
@@ -193,13 +194,18 @@ class EncoderLayer(nn.Module):
 
 
 class Bert(nn.Module):
-    """The BERT encoder: embed the tokens, then run N layers. `mlm_head` exists only when the checkpoint has one."""
+    """The BERT encoder: embed the tokens, then run N layers. `mlm_head` exists only when the checkpoint has one.
+    A subclass may name other classes for two pieces (speedups/fast.py's PackedBert does): the layers' attention,
+    and the word lookup."""
+
+    attention_class: type[MultiHeadAttention] = MultiHeadAttention
+    lookup_class: type[nn.Embedding] = nn.Embedding
 
     def __init__(self, cfg: BertConfig, with_mlm_head: bool = False):
         super().__init__()
         self.cfg = cfg
-        self.embeddings = Embeddings(cfg)
-        self.layers = nn.ModuleList([EncoderLayer(cfg) for _ in range(cfg.num_hidden_layers)])
+        self.embeddings = Embeddings(cfg, self.lookup_class)
+        self.layers = nn.ModuleList([EncoderLayer(cfg, self.attention_class) for _ in range(cfg.num_hidden_layers)])
         self.mlm_head = MLMHead(cfg) if with_mlm_head else None
         self.apply(init_weights)
 
@@ -287,15 +293,15 @@ POOLINGS = (*weights.POOLING_MODES, LAST2_MEAN)
 # 7. SentenceEncoder: what users and the training scripts hold
 
 
-def load_bert(folder: str | Path) -> Bert:
+def load_bert(folder: str | Path, bert_class: type[Bert] = Bert) -> Bert:
     """A Bert (of any family in weights.ARCHITECTURES) from a local Hugging Face folder, every tensor checked
-    by name and shape."""
+    by name and shape. bert_class: Bert or a subclass with the same parameters (speedups/fast.py's PackedBert)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise weights.ModelLoadError(f"model folder {folder} does not exist")
     cfg = BertConfig.from_dict(weights.read_config(folder))
     state = weights.read_weights(folder, cfg.model_type)
-    bert = Bert(cfg, with_mlm_head=weights.has_mlm_head(state, cfg.model_type))
+    bert = bert_class(cfg, with_mlm_head=weights.has_mlm_head(state, cfg.model_type))
     weights.copy_weights({weights.hf_name(n, cfg.model_type): p for n, p in bert.named_parameters()}, state, folder)
     return bert
 
@@ -312,11 +318,12 @@ class SentenceEncoder(nn.Module):
         self.source = source  # folder we were loaded from: its tokenizer files travel with save_pretrained
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, pooling: str | None = None, max_length: int | None = None) -> SentenceEncoder:
+    def from_pretrained(cls, path: str | Path, pooling: str | None = None, max_length: int | None = None,
+                        bert_class: type[Bert] = Bert) -> SentenceEncoder:
         """`path`: a local folder or a Hugging Face Hub id. pooling / max_length default to the folder's
-        sentence-transformers settings, else mean / 256."""
+        sentence-transformers settings, else mean / 256. bert_class: see load_bert."""
         folder = weights.resolve_model(path)
-        bert = load_bert(folder)
+        bert = load_bert(folder, bert_class)
         pooling = pooling or weights.read_pooling(folder) or "mean"
         positions = bert.cfg.max_position_embeddings - bert.cfg.position_offset
         max_length = min(max_length or weights.read_max_length(folder) or 256, positions)

@@ -12,6 +12,12 @@ Read top to bottom:
   4. the loss (§3.1)                     TSDAELoss: -log P(original | vector), token by token
   5. what the vector remembers (§3.2)    greedy_decode, beam_decode: rebuild a sentence from its vector
                                          (examples/reconstruct.py); save_decoder, load_decoder
+What runs: `python tsdae.py --plain` runs this file's classes as they are, on model.Bert. By default
+(tsdae_train.build_objective) TSDAELoss.forward and every layer's forward run as written here, with four pieces
+of speedups/fast.py chosen when the objective is built: the encoder is a fast.PackedBert (its run_layers and
+attention on the real tokens only; tied, its word lookup a SparseGradLookup), and the decoder a
+fast.PackedDecoder (TSDAEDecoder.forward and neg_log_likelihood on the label positions only; its cross_attn a
+SentenceVectorAttention). tests/test_fast.py checks that each gives this file's numbers.
 The experiment (its settings, the batches, the command line) is tsdae_train.py: `python tsdae.py` runs that file
 as the script, which imports this one (so Python reads this file twice then: once as the script, whose only
 job is the hand-over at the bottom, once as the module `tsdae`). Imported, this file imports model.py, data.py
@@ -161,10 +167,11 @@ class DecoderLayer(nn.Module):
     Parameter objects: tied, app. A). Cross-attention has no encoder counterpart: its weights are new.
     """
 
-    def __init__(self, enc_layer: EncoderLayer, cfg: BertConfig):
+    def __init__(self, enc_layer: EncoderLayer, cfg: BertConfig,
+                 cross_attention_class: type[MultiHeadAttention] = MultiHeadAttention):
         super().__init__()
         self.self_attn, self.self_attn_norm = enc_layer.attn, enc_layer.attn_norm
-        self.cross_attn = MultiHeadAttention(cfg)
+        self.cross_attn = cross_attention_class(cfg)
         self.cross_attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.ffn, self.ffn_norm = enc_layer.ffn, enc_layer.ffn_norm
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
@@ -188,14 +195,17 @@ class TSDAEDecoder(nn.Module):
     are the encoder's own. tie=False: a separate copy, initialised from the same weights.
     LM head: the checkpoint's `cls.predictions` when it has one (the encoder never uses it), else new;
     its projection onto the vocabulary is always the (shared) word-embedding matrix.
+    cross_attention_class: the class of each layer's cross_attn (speedups/fast.py's PackedDecoder names another).
     """
+
+    cross_attention_class: type[MultiHeadAttention] = MultiHeadAttention
 
     def __init__(self, encoder: Bert, tie: bool = True):
         super().__init__()
         cfg = encoder.cfg
         source = encoder if tie else copy.deepcopy(encoder)
         self.embeddings = source.embeddings
-        self.layers = nn.ModuleList([DecoderLayer(layer, cfg) for layer in source.layers])
+        self.layers = nn.ModuleList([DecoderLayer(layer, cfg, self.cross_attention_class) for layer in source.layers])
         self.lm_head = source.mlm_head if source.mlm_head is not None else MLMHead(cfg)
 
     def forward(self, input_ids: torch.Tensor, memory: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
@@ -245,14 +255,16 @@ class TSDAELoss(nn.Module):
     alike.
     global_mean(total, T): total / T (batch_mean). Under torchrun the experiment gives lib.distributed.global_mean:
     the sums and the counts of every process's share, so N processes compute the loss of the whole batch.
+    decoder_class: TSDAEDecoder, or a subclass with the same parameters (speedups/fast.py's PackedDecoder).
     """
 
     def __init__(self, encoder: SentenceEncoder, tie: bool = True, normalisation: str = "tokens",
-                 global_mean: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = batch_mean):
+                 global_mean: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = batch_mean,
+                 decoder_class: type[TSDAEDecoder] = TSDAEDecoder):
         super().__init__()
         assert normalisation in ("tokens", "sentence")
         self.encoder = encoder
-        self.decoder = TSDAEDecoder(encoder.bert, tie=tie)  # app. A: tied to the encoder
+        self.decoder = decoder_class(encoder.bert, tie=tie)  # app. A: tied to the encoder
         if not tie:
             encoder.bert.mlm_head = None  # the separate decoder has its own copy; the encoder never used it
         self.normalisation, self.global_mean = normalisation, global_mean

@@ -25,7 +25,7 @@ from lib import cli, distributed, experiment
 from lib.corpus import open_corpus
 from lib.errors import UsageError
 from lib.weights import default_model_path
-from model import SentenceEncoder
+from model import Bert, SentenceEncoder
 from speedups import fast
 
 
@@ -41,30 +41,31 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError("--micro-batch is not written for TSDAE under torchrun yet; more processes make each "
                          "one's share of the batch smaller instead")
     torch.manual_seed(args.seed)
-    plain, objective = build_objective(args, device)
-    loader = pair_loader(sentences, plain.encoder, args, device)
-    heldout = experiment.held_out_signals(objective, held_out_pairs(kept_out, plain.encoder, args),
+    objective = build_objective(args)
+    loader = pair_loader(sentences, objective.encoder, args, device)
+    heldout = experiment.held_out_signals(objective, held_out_pairs(kept_out, objective.encoder, args),
                                           tsdae.collate_pairs, kept_out, args, device)
     run = experiment.settings(args, loader, card, heldout, steps=args.steps, epochs=args.epochs, lr=args.lr,
-                              micro_batch=args.micro_batch or 0, save_with_model=decoder_saver(plain, args))
+                              micro_batch=args.micro_batch or 0, save_with_model=decoder_saver(objective, args))
     experiment.say_start(f"TSDAE: {len(sentences)} sentences", run, args, device)
-    train.train(plain.encoder, objective, loader, run, device)
+    train.train(objective.encoder, objective, loader, run, device)
     experiment.say_done(run.out, f"{args.pooling} pooling")
     return 0
 
 
-def build_objective(args: argparse.Namespace, device: torch.device) -> tuple[tsdae.TSDAELoss, tsdae.TSDAELoss]:
-    """(the plain objective, the one that trains): the encoder of --model with the decoder tied to it; under
-    torchrun its loss is the mean over every process's tokens. What trains is the plain objective with speedups/fast.py's
-    pieces swapped in (the same parameters and numbers), unless --plain or a lab that reads token states."""
-    base_model = args.model or default_model_path()
-    encoder = SentenceEncoder.from_pretrained(base_model, pooling=args.pooling, max_length=args.max_length)
-    loss = TokenMemoryTSDAELoss if args.decoder_memory == "tokens" else tsdae.TSDAELoss  # LABS.md, lab 5
-    plain = loss(encoder, tie=not args.untie, normalisation=args.loss_normalisation,
-                 global_mean=distributed.global_mean)
-    if args.plain or args.decoder_memory == "tokens":
-        return plain, plain
-    return plain, fast.speed_up_tsdae(plain, device)
+def build_objective(args: argparse.Namespace) -> tsdae.TSDAELoss:
+    """TSDAELoss on the encoder of --model, the decoder tied to it; under torchrun its loss is the mean over every
+    process's tokens. Built from speedups/fast.py's subclasses (the encoder a PackedBert, its word lookup a
+    SparseGradLookup when tied, the decoder a PackedDecoder: the plain parameters under their names, the same
+    numbers) unless --plain or a lab that reads token states."""
+    quick, tie = not args.plain and args.decoder_memory == "vector", not args.untie
+    bert_class = (fast.SparseLookupPackedBert if tie else fast.PackedBert) if quick else Bert
+    encoder = experiment.load_encoder(args.model, pooling=args.pooling, max_length=args.max_length,
+                                      bert_class=bert_class)
+    settings = dict(tie=tie, normalisation=args.loss_normalisation, global_mean=distributed.global_mean)
+    if args.decoder_memory == "tokens":  # LABS.md, lab 5
+        return TokenMemoryTSDAELoss(encoder, **settings)
+    return tsdae.TSDAELoss(encoder, decoder_class=fast.PackedDecoder if quick else tsdae.TSDAEDecoder, **settings)
 
 
 def pair_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argparse.Namespace,
@@ -87,13 +88,13 @@ def held_out_pairs(kept_out: list[str], encoder: SentenceEncoder, args: argparse
                                   ratio=args.noise_ratio, seed=args.seed)
 
 
-def decoder_saver(plain: tsdae.TSDAELoss, args: argparse.Namespace) -> Callable[[Path], None]:
+def decoder_saver(objective: tsdae.TSDAELoss, args: argparse.Namespace) -> Callable[[Path], None]:
     """Saves the decoder beside model/ (OUT/decoder; examples/reconstruct.py reads it), with how it was trained.
     The rest of the run's settings: the reference's AdamW at a constant lr (train.TrainSettings' defaults)."""
-    decoder = {"objective": type(plain).__name__, "tie": not args.untie, "normalisation": args.loss_normalisation,
+    decoder = {"objective": type(objective).__name__, "tie": not args.untie, "normalisation": args.loss_normalisation,
                "base_model": str(args.model or default_model_path()), "seed": args.seed, "noise": args.noise,
                "noise_ratio": args.noise_ratio, "corpus": str(args.corpus)}
-    return lambda out: tsdae.save_decoder(plain, out / "decoder", decoder)
+    return lambda out: tsdae.save_decoder(objective, out / "decoder", decoder)
 
 
 def make_parser() -> cli.ArgumentParser:

@@ -40,7 +40,7 @@ import train  # noqa: E402
 from lib import cli, distributed, experiment  # noqa: E402
 from lib.corpus import open_corpus  # noqa: E402
 from lib.errors import UsageError  # noqa: E402
-from model import MLMHead, SentenceEncoder  # noqa: E402
+from model import Bert, MLMHead, SentenceEncoder  # noqa: E402
 from speedups import fast  # noqa: E402
 
 IGNORE = -100  # the label of a position that is not predicted (F.cross_entropy's and transformers' ignore_index)
@@ -188,28 +188,25 @@ def main(argv: list[str] | None = None) -> int:
     device = experiment.check_run(args)  # bad input stops the run before a model is loaded or a file written
     card = cli.model_card("MLM", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr)  # card.PAPERS["MLM"]
     torch.manual_seed(args.seed)
-    plain, objective = build_objective(args, device)
-    loader = experiment.loader(MaskedDataset(sentences, plain.encoder.tokenizer, plain.encoder.max_length,
-                                             rate=args.mask_rate, seed=args.seed), collate_masked, plain.encoder,
+    objective = build_objective(args)
+    loader = experiment.loader(MaskedDataset(sentences, objective.encoder.tokenizer, objective.encoder.max_length,
+                                             rate=args.mask_rate, seed=args.seed), collate_masked, objective.encoder,
                                args, device)
     # AdamW at a constant lr, no weight decay, gradients clipped to norm 1 (BERT clips too): TrainSettings' defaults
     run = experiment.settings(args, loader, card, steps=args.steps, epochs=args.epochs, lr=args.lr,
                               micro_batch=args.micro_batch or 0)
-    head = "the checkpoint's" if plain.head_from_checkpoint else "a new one (the checkpoint has none)"
+    head = "the checkpoint's" if objective.head_from_checkpoint else "a new one (the checkpoint has none)"
     experiment.say_start(f"MLM: {len(sentences)} sentences, MLM head: {head}", run, args, device)
-    train.train(plain.encoder, objective, loader, run, device)
+    train.train(objective.encoder, objective, loader, run, device)
     experiment.say_done(run.out, "the MLM head is not saved there")
     return 0
 
 
-def build_objective(args: argparse.Namespace, device: torch.device) -> tuple[MLMLoss, MLMLoss]:
-    """(the plain objective, the one that trains): MLMLoss on the encoder of --model; what trains runs the encoder
-    as speedups/fast.py's PackedBert (the same parameters and numbers, no work on padding) unless --plain."""
-    encoder = experiment.load_encoder(args.model, pooling=args.pooling, max_length=args.max_length, mlm_head=True)
-    plain = MLMLoss(encoder)
-    if args.plain:
-        return plain, plain
-    return plain, fast.replaced(plain, encoder=fast.speed_up_encoder(encoder, device))
+def build_objective(args: argparse.Namespace) -> MLMLoss:
+    """MLMLoss on the encoder of --model, its BERT built as speedups/fast.py's PackedBert (the same parameters and
+    numbers, no work on padding) unless --plain."""
+    return MLMLoss(experiment.load_encoder(args.model, pooling=args.pooling, max_length=args.max_length, mlm_head=True,
+                                           bert_class=Bert if args.plain else fast.PackedBert))
 
 
 def make_parser() -> cli.ArgumentParser:

@@ -31,9 +31,7 @@ import train  # noqa: E402
 import tsdae  # noqa: E402
 from bench import LR, SEED, TRAIN_BATCH, TRAIN_MAX_LENGTH, read_sts_train  # noqa: E402
 from lib.weights import default_model_path  # noqa: E402
-from model import SentenceEncoder  # noqa: E402
-
-CPU = torch.device("cpu")
+from model import Bert, SentenceEncoder  # noqa: E402
 
 TSDAE_VERSIONS = {  # name -> the fast pieces it has
     "fast": ("PackedBert", "PackedDecoder", "gradient_memory"),
@@ -44,29 +42,37 @@ TSDAE_VERSIONS = {  # name -> the fast pieces it has
 }
 
 
+class SparseLookupBert(Bert):
+    """Bert.run_layers with the fast path's sparse word lookup: "fast without PackedBert". (PackedDecoder runs the
+    tied layers' attention on packed rows, so it is a PackedAttention, which runs the plain attend on Bert's layout.)"""
+
+    attention_class, lookup_class = fast.PackedAttention, fast.SparseGradLookup
+
+
+class FreshMemoryDecoder(fast.PackedDecoder):
+    """PackedDecoder writing E's gradient into a fresh (V, d) tensor every step: "fast without gradient_memory"."""
+
+    def gradient_memory(self, E: torch.Tensor) -> None:
+        return None
+
+
 def tsdae_objective(model_path: str, pieces: tuple[str, ...]) -> torch.nn.Module:
-    """A TSDAE objective with the given fast pieces put in, the others plain. The same weights every time."""
+    """A TSDAE objective built with the given fast pieces, the others plain. The same weights every time."""
     torch.manual_seed(SEED)  # the new cross-attention weights too
-    plain = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(model_path, pooling="cls", max_length=TRAIN_MAX_LENGTH))
-    if not pieces:
-        return plain.train()
-    objective = fast.speed_up_tsdae(plain, CPU)
-    if "PackedBert" not in pieces:  # the plain Bert, with the fast path's sparse lookup
-        bert = fast.replaced(plain.encoder.bert, embeddings=objective.encoder.bert.embeddings)
-        objective = fast.replaced(objective, encoder=fast.replaced(objective.encoder, bert=bert))
-    if "PackedDecoder" not in pieces:  # the plain decoder (its dense lookup and vocabulary cross-entropy)
-        objective = fast.replaced(objective, decoder=plain.decoder)
-    elif "gradient_memory" not in pieces:  # a fresh (V, d) tensor for E's gradient every step
-        objective.decoder.gradient_memory = lambda E: None
-    return objective.train()
+    bert_class = (fast.SparseLookupPackedBert if "PackedBert" in pieces else SparseLookupBert if pieces else Bert)
+    decoder = "PackedDecoder" in pieces
+    decoder_class = (tsdae.TSDAEDecoder if not decoder else fast.PackedDecoder if "gradient_memory" in pieces
+                     else FreshMemoryDecoder)
+    encoder = SentenceEncoder.from_pretrained(model_path, pooling="cls", max_length=TRAIN_MAX_LENGTH, bert_class=bert_class)
+    return tsdae.TSDAELoss(encoder, decoder_class=decoder_class).train()
 
 
 def consert_objective(model_path: str, packed: bool) -> torch.nn.Module:
     torch.manual_seed(SEED)
-    encoder = SentenceEncoder.from_pretrained(model_path, pooling="mean", max_length=TRAIN_MAX_LENGTH)
+    encoder = SentenceEncoder.from_pretrained(model_path, pooling="mean", max_length=TRAIN_MAX_LENGTH,
+                                              bert_class=fast.PackedBert if packed else Bert)
     consert.switch_off_dropout(encoder)
-    objective = consert.ConSERTLoss(encoder, (consert.View("feature_cutoff", 0.2), consert.View("shuffle")))
-    return (fast.speed_up_consert(objective, CPU) if packed else objective).train()
+    return consert.ConSERTLoss(encoder, (consert.View("feature_cutoff", 0.2), consert.View("shuffle"))).train()
 
 
 def alternate(versions: dict[str, Callable[[int], None]], steps: int) -> dict[str, list[float]]:
@@ -136,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if "encode" in args.only:
         plain = SentenceEncoder.from_pretrained(model_path)
-        quick = fast.speed_up_encoder(SentenceEncoder.from_pretrained(model_path), CPU)
+        quick = SentenceEncoder.from_pretrained(model_path, bert_class=fast.PackedBert)
         chunks = [sentences[i : i + 250] for i in range(0, 250 * 8, 250)]
         encoders = {"fast": quick, "plain": plain}
         steppers = {name: (lambda k, e=e: e.encode(chunks[k % len(chunks)])) for name, e in encoders.items()}

@@ -8,7 +8,7 @@
 What is measured (each row of the table)
 ----------------------------------------
   TSDAE training   sentences/s of optimizer steps (batch 8, max length 75, AdamW lr 3e-5, grad clip 1.0).
-                   Ours: tsdae.TSDAELoss made fast by fast.speed_up_tsdae as `python tsdae.py` runs it (and, in the
+                   Ours: tsdae.TSDAELoss built with fast.py's pieces as `python tsdae.py` builds it (and, in the
                    "plain" row, as `python tsdae.py --plain` runs it), on tsdae.py's batches (data.BatchSampler:
                    plain shuffled batches; the "bucketed" row: --bucketing, other batches), padding to a multiple
                    of 8 on CUDA only (data.pad_multiple). Theirs: DenoisingAutoEncoderLoss(tie_encoder_decoder=True)
@@ -17,7 +17,7 @@ What is measured (each row of the table)
                    Both get the SAME (damaged, original) token ids, built once here with tsdae.DenoisingDataset
                    (deletion, ratio 0.6, seed 0), and the timed steps see the same batches.
                    The loss is the same: cross-entropy averaged over the batch's non-pad label tokens.
-  encode           sentences/s of SentenceEncoder.encode (fast.speed_up_encoder; plain) vs SentenceTransformer.encode
+  encode           sentences/s of SentenceEncoder.encode (fast.PackedBert; plain) vs SentenceTransformer.encode
                    (batch 64, the model's max length 256, tokenisation included), on the same sentences.
   ConSERT training sentences/s of optimizer steps of our ConSERT objective, fast and plain (no reference).
   matmul peak      a large square matmul (fp32 unless --amp) timed in the same run with the same threads:
@@ -304,11 +304,10 @@ def their_tsdae_batches(work: dict) -> tuple[list[list[int]], Callable]:
 
 def job_train_ours(spec: dict, work: dict, device: torch.device, plain: bool = False, bucketing: bool = False) -> dict:
     torch.manual_seed(SEED)
-    encoder = model.SentenceEncoder.from_pretrained(spec["model"], pooling="cls", max_length=TRAIN_MAX_LENGTH)
-    objective = tsdae.TSDAELoss(encoder, tie=True)
-    if not plain:
-        objective = fast.speed_up_tsdae(objective, device)
-    objective = objective.to(device).train()
+    encoder = model.SentenceEncoder.from_pretrained(spec["model"], pooling="cls", max_length=TRAIN_MAX_LENGTH,
+                                                    bert_class=model.Bert if plain else fast.SparseLookupPackedBert)
+    decoder_class = tsdae.TSDAEDecoder if plain else fast.PackedDecoder  # as tsdae_train.build_objective builds it
+    objective = tsdae.TSDAELoss(encoder, tie=True, decoder_class=decoder_class).to(device).train()
     optimizer = train.make_optimizer(objective, train.TrainSettings(out=Path("."), steps=1, lr=LR), device)
     order, loader = our_tsdae_batches(work, encoder, device, bucketing)
     loss_fn = lambda batch: objective(to_device(batch, device))
@@ -346,9 +345,8 @@ def timed_encode(encode, sentences: list[str], device: torch.device) -> dict:
 
 
 def job_encode_ours(spec: dict, work: dict, device: torch.device, plain: bool = False) -> dict:
-    encoder = model.SentenceEncoder.from_pretrained(spec["model"]).to(device)
-    if not plain:
-        encoder = fast.speed_up_encoder(encoder, device)
+    bert_class = model.Bert if plain else fast.PackedBert
+    encoder = model.SentenceEncoder.from_pretrained(spec["model"], bert_class=bert_class).to(device)
     return timed_encode(encoder.encode, work["encode_sentences"], device)
 
 
@@ -363,11 +361,10 @@ def job_consert_ours(spec: dict, work: dict, device: torch.device, plain: bool =
     """Our ConSERT objective with consert.py's defaults for unlabelled sentences (views feature cutoff 0.2 and
     token shuffle, temperature 0.1, encoder dropout off, plain shuffled batches); batches of TRAIN_BATCH, max length 75."""
     torch.manual_seed(SEED)
-    encoder = model.SentenceEncoder.from_pretrained(spec["model"], pooling="mean", max_length=TRAIN_MAX_LENGTH)
+    encoder = model.SentenceEncoder.from_pretrained(spec["model"], pooling="mean", max_length=TRAIN_MAX_LENGTH,
+                                                    bert_class=model.Bert if plain else fast.PackedBert)
     consert.switch_off_dropout(encoder)
     objective = consert.ConSERTLoss(encoder, (consert.View("feature_cutoff", 0.2), consert.View("shuffle")))
-    if not plain:
-        objective = fast.speed_up_consert(objective, device)
     objective = objective.to(device).train()
     optimizer = train.make_optimizer(objective, train.TrainSettings(out=Path("."), steps=1, lr=LR), device)
     ids = work["consert_ids"]

@@ -25,7 +25,7 @@ import train  # noqa: E402
 import tsdae  # noqa: E402
 from bench import LR, SEED, TRAIN_BATCH, TRAIN_MAX_LENGTH, read_sts_train  # noqa: E402
 from lib.taskfiles import default_data_dir  # noqa: E402
-from model import SentenceEncoder  # noqa: E402
+from model import Bert, SentenceEncoder  # noqa: E402
 from lib.weights import default_model_path  # noqa: E402
 
 
@@ -37,9 +37,10 @@ def main() -> int:
     torch.set_num_threads(2)
     torch.manual_seed(SEED)
     sentences = read_sts_train(default_data_dir())[: args.batches * TRAIN_BATCH]
-    encoder = SentenceEncoder.from_pretrained(default_model_path(), pooling="cls", max_length=TRAIN_MAX_LENGTH)
-    objective = tsdae.TSDAELoss(encoder)
-    objective = (objective if args.plain else fast.speed_up_tsdae(objective, torch.device("cpu"))).train()
+    bert_class = Bert if args.plain else fast.SparseLookupPackedBert  # as tsdae_train.build_objective builds it
+    encoder = SentenceEncoder.from_pretrained(default_model_path(), pooling="cls", max_length=TRAIN_MAX_LENGTH,
+                                              bert_class=bert_class)
+    objective = tsdae.TSDAELoss(encoder, decoder_class=tsdae.TSDAEDecoder if args.plain else fast.PackedDecoder).train()
     dataset = tsdae.DenoisingDataset(sentences, encoder.tokenizer, TRAIN_MAX_LENGTH, seed=SEED)
     batches = [tsdae.collate_pairs([dataset[(0, i)] for i in range(k, k + TRAIN_BATCH)])
                for k in range(0, len(sentences), TRAIN_BATCH)]

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import torch
 
-from consert import ConSERTLoss, UnaugmentedPass, View
+from consert import ConSERTLoss, View
 
 
 class SharedDropoutConSERTLoss(ConSERTLoss):
-    """consert.ConSERTLoss whose contrastive loss compares one pass with itself."""
+    """consert.ConSERTLoss (the unsupervised objective) whose forward compares one pass with itself. (In a joint
+    stage both simcse views are already the one unaugmented pass: consert.AdversarialConSERTLoss.vectors.)"""
 
     def __init__(self, encoder, views: tuple[View, View], **settings):
         if [view.name for view in views] != ["simcse", "simcse"]:
             raise ValueError("shared dropout masks are for the views simcse and simcse")
         super().__init__(encoder, views, **settings)
 
-    def contrastive(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, keys: torch.Tensor,
-                    unaugmented: UnaugmentedPass | None = None, attacked: torch.Tensor | None = None) -> torch.Tensor:
-        z = self.vectors(input_ids, attention_mask, self.views[0], unaugmented)  # (B, d): one pass, one set of masks
-        return self.contrastive_loss(z, z, keys)
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        z = self.encode(batch["input_ids"], batch["attention_mask"], self.views[0])  # (B, d): one pass, one set of masks
+        return self.cl_weight * self.contrastive(z, z, batch["sentence_keys"])

@@ -24,7 +24,7 @@ import data
 import train
 from lib import cli, corpus, distributed, selection
 from lib.weights import default_model_path
-from model import SentenceEncoder
+from model import Bert, SentenceEncoder
 
 # sentence-transformers' fit, which the official ConSERT code runs and finetune.py follows: AdamW with eps 1e-6 and
 # weight decay 0.01, a linear warm-up over 10% of the steps, then linear decay to 0; gradients clipped to norm 1
@@ -52,10 +52,12 @@ def hold_out(items: Sequence, args: argparse.Namespace, what: str) -> tuple[Sequ
 
 
 def load_encoder(model: str | Path | None, pooling: str | None, max_length: int | None,
-                 mlm_head: bool = False) -> SentenceEncoder:
-    """--model's encoder (a folder or a Hub id; None: the shipped all-MiniLM-L6-v2). A checkpoint's masked-LM head is
-    kept only with `mlm_head` (baselines/mlm.py trains it): nothing else uses it, and DDP wants no idle weights."""
-    encoder = SentenceEncoder.from_pretrained(model or default_model_path(), pooling=pooling, max_length=max_length)
+                 mlm_head: bool = False, bert_class: type[Bert] = Bert) -> SentenceEncoder:
+    """--model's encoder (a folder or a Hub id; None: the shipped all-MiniLM-L6-v2), its BERT built as `bert_class`
+    (model.Bert, or with --plain off one of speedups/fast.py's subclasses). A checkpoint's masked-LM head is kept
+    only with `mlm_head` (baselines/mlm.py trains it): nothing else uses it, and DDP wants no idle weights."""
+    encoder = SentenceEncoder.from_pretrained(model or default_model_path(), pooling=pooling, max_length=max_length,
+                                              bert_class=bert_class)
     if not mlm_head:
         encoder.bert.mlm_head = None
     return encoder

@@ -1,28 +1,32 @@
 """Every speed-up of this repository, each a drop-in replacement of one named piece of the plain code.
 
-The plain code (model.py, tsdae.py, consert.py) is the one to learn from, and it is what runs: the command lines
-build the plain objective and hand it to an entry point below, which swaps some of its pieces for these (`--plain`
-swaps none). The method itself (TSDAELoss.forward, ConSERTLoss, every layer's forward) is never restated here.
-tests/test_fast.py shows that each piece gives the numbers of the plain one it replaces, on the real MiniLM
-weights; bench/ab.py measures what each one buys (figures in bench/README.md).
+What runs by default: the command lines choose these classes when they build the objective, the plain code's
+classes with `--plain`. The method itself (TSDAELoss.forward, ConSERTLoss.forward, every layer's forward) is
+never restated here: each class below is a subclass that replaces one piece and inherits the rest.
 
-  piece                     replaces                                    what it saves
-  PackedBert                model.Bert.run_layers                       the encoder layers' work on padding
-   (PackedAttention)         each layer's attention, on packed rows
-  PackedDecoder.forward     tsdae.TSDAEDecoder.forward (with `keep`)    the decoder's work where there is no label
-   (SentenceVectorAttention) a decoder layer's cross_attn               Q, K, and V and out at every token
-  PackedDecoder.neg_log_likelihood                                      3 of 4 vocabulary-sized (T, V) tensors;
-   (VocabularyCrossEntropy,  tsdae.TSDAEDecoder.neg_log_likelihood      the (V, d) zero-fills of E's gradient
-    SparseGradLookup)                                                   and fresh memory for it every step
-  FusedAttention            model.MultiHeadAttention.attend (CUDA)      one fused kernel per attention
+  piece (default)            replaces (--plain)                          chosen where
+  PackedBert                 model.Bert.run_layers, on the real tokens   SentenceEncoder.from_pretrained(...,
+   (PackedAttention)          its layers' attention, on packed rows       bert_class=PackedBert): tsdae_train,
+                                                                          consert_train (not --bucketing), evaluate
+  SparseLookupPackedBert     also Bert's word lookup (SparseGradLookup)  TSDAE with a tied decoder
+  PackedDecoder              tsdae.TSDAEDecoder.forward (with `keep`)    TSDAELoss(..., decoder_class=PackedDecoder)
+   (SentenceVectorAttention)  a decoder layer's cross_attn
+   .neg_log_likelihood       tsdae.TSDAEDecoder.neg_log_likelihood
+    (VocabularyCrossEntropy)  its F.cross_entropy(F.linear(...))
+  FusedAttention.attend      model.MultiHeadAttention.attend (CUDA)      inside PackedAttention, on CUDA tensors
 
-The entry points speed_up_encoder, speed_up_tsdae and speed_up_consert each RETURN a new object of the same class
-that shares every Parameter with the plain one given, and never change the plain one. One speed-up stays in the
-plain code as an argument of a PyTorch call: the fused AdamW kernel (train.make_optimizer).
+  what each saves: PackedBert the encoder layers' work on padding; PackedDecoder the decoder's work where there is
+  no label, SentenceVectorAttention Q, K, V and out at every token, VocabularyCrossEntropy 3 of 4 vocabulary-sized
+  (T, V) tensors, the (V, d) zero-fills of E's gradient and fresh memory for it every step; FusedAttention one
+  fused kernel per attention.
+
+Every class has the plain one's parameters under the same names (a checkpoint loads either way) and, built from
+the same seed, the same initial values. tests/test_fast.py shows that each gives the numbers of the plain piece it
+replaces, on the real MiniLM weights; bench/ab.py measures what each one buys (figures in bench/README.md). One
+speed-up stays in the plain code as an argument of a PyTorch call: the fused AdamW kernel (train.make_optimizer).
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Callable
 
@@ -33,54 +37,6 @@ import torch.nn.functional as F
 
 import model
 import tsdae
-
-# ----------------------------------------------------------------------------
-# Putting the pieces in
-
-
-def speed_up_encoder(encoder: model.SentenceEncoder, device: torch.device) -> model.SentenceEncoder:
-    """The encoder with PackedBert (and FusedAttention on CUDA). For `encode` and ConSERT."""
-    return replaced(encoder, bert=PackedBert.of(encoder.bert, device))
-
-
-def speed_up_tsdae(objective: tsdae.TSDAELoss, device: torch.device) -> tsdae.TSDAELoss:
-    """A tsdae.TSDAELoss (its forward is the plain one) whose encoder is a PackedBert and whose decoder is a
-    PackedDecoder. The decoder looks words up with SparseGradLookup, whose rows VocabularyCrossEntropy's dense
-    gradient of the same matrix takes in; tied, the encoder shares that lookup module, as it shares the embedding
-    module. Untied, the encoder keeps its plain lookup: its word matrix would get sparse rows alone."""
-    bert, decoder = objective.encoder.bert, objective.decoder
-    decoder_embeddings = replaced(decoder.embeddings, word=SparseGradLookup(decoder.embeddings.word))
-    encoder_embeddings = decoder_embeddings if decoder.embeddings is bert.embeddings else bert.embeddings
-    encoder = replaced(objective.encoder, bert=PackedBert.of(replaced(bert, embeddings=encoder_embeddings), device))
-    return replaced(objective, encoder=encoder, decoder=PackedDecoder.of(decoder, decoder_embeddings, device))
-
-
-def speed_up_consert(objective: nn.Module, device: torch.device) -> nn.Module:
-    """A consert.ConSERTLoss whose encoder runs PackedBert (for batches that hold padding: consert_train.py
-    leaves it out with --bucketing)."""
-    return replaced(objective, encoder=speed_up_encoder(objective.encoder, device))
-
-
-def replaced(module: nn.Module, **children: nn.Module) -> nn.Module:
-    """A shallow copy of `module` with some of its children swapped: the same Parameters and other children, as
-    in `module`, which stays as it was."""
-    new = copy.copy(module)
-    new._modules = {**module._modules, **children}
-    return new
-
-
-def running(module: nn.Module, cls: type, **children: nn.Module) -> nn.Module:
-    """replaced(module, **children), run by `cls` (a subclass of module's class that changes how, not what)."""
-    new = replaced(module, **children)
-    new.__class__ = cls
-    return new
-
-
-def attention_class(device: torch.device) -> type:
-    """The attention of packed rows: the plain formula on CPU, where it was faster at sentence lengths (see
-    FusedAttention), the fused kernel on CUDA."""
-    return PackedFusedAttention if device.type == "cuda" else PackedAttention
-
 
 # ----------------------------------------------------------------------------
 # Packing: the layers compute the real tokens only
@@ -117,28 +73,29 @@ class PackedMask:
 
 
 class PackedAttention(model.MultiHeadAttention):
-    """model.MultiHeadAttention on packed rows (N, d): the projections act on the rows; for the formula, q, k and v
-    are laid out as (B, L, d) (zeros where no row is), then the result is packed again. Equal: the kept positions
-    see the same keys as in the plain layout (padding is masked; a causal prefix holds every earlier position)."""
+    """Replaces model.MultiHeadAttention.attend on packed rows (N, d): the projections act on the rows; for the
+    formula, q, k and v are laid out as (B, L, d) (zeros where no row is), then the result is packed again. Equal:
+    the kept positions see the same keys as in the plain layout (padding is masked; a causal prefix holds every
+    earlier position). The formula: the plain one on CPU, where it was faster at sentence lengths, FusedAttention's
+    kernel on CUDA. Given the plain layout (a plain mask, as a plain TSDAEDecoder passes), the plain attend."""
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: PackedMask) -> torch.Tensor:
+        if not isinstance(mask, PackedMask):
+            return super().attend(q, k, v, mask)  # (B, Lq, d)
         p = mask.packing
-        return p.pack(super().attend(p.unpack(q), p.unpack(k), p.unpack(v), mask.keys))  # (N, d)
+        formula = FusedAttention.attend if q.is_cuda else model.MultiHeadAttention.attend
+        return p.pack(formula(self, p.unpack(q), p.unpack(k), p.unpack(v), mask.keys))  # (N, d)
 
 
 class PackedBert(model.Bert):
-    """Replaces model.Bert.run_layers (the same embeddings and layers, not copies).
+    """Replaces model.Bert.run_layers; its layers' attention is a PackedAttention (the same parameters).
 
     Equal: the projections, feed-forward blocks, LayerNorms and residuals act on each position alone, so the plain
-    EncoderLayer.forward on the packed real tokens gives the same real-token states; its attention is a
-    PackedAttention. Padding states are 0 (model.Bert's are meaningless there; pooling skips them).
+    EncoderLayer.forward on the packed real tokens gives the same real-token states. Padding states are 0
+    (model.Bert's are meaningless there; pooling skips them).
     """
 
-    @classmethod
-    def of(cls, bert: model.Bert, device: torch.device) -> PackedBert:
-        attention = attention_class(device)
-        layers = nn.ModuleList([replaced(layer, attn=running(layer.attn, attention)) for layer in bert.layers])
-        return running(bert, cls, layers=layers)
+    attention_class = PackedAttention
 
     def run_layers(self, x: torch.Tensor, attention_mask: torch.Tensor,
                    all_layers: bool = False) -> torch.Tensor | list[torch.Tensor]:
@@ -160,19 +117,15 @@ class PackedBert(model.Bert):
 
 class FusedAttention(model.MultiHeadAttention):
     """Replaces model.MultiHeadAttention.attend: the same formula, run by PyTorch as one fused kernel
-    (F.scaled_dot_product_attention): on CUDA, flash or memory-efficient attention. Used on CUDA only: on CPU the
-    written-out formula was faster at sentence lengths (bench/README.md). Its dropout draws other random numbers
-    than the plain formula's; in eval mode the results are equal (tests/test_fast.py)."""
+    (F.scaled_dot_product_attention): on CUDA, flash or memory-efficient attention. PackedAttention runs it on CUDA
+    only: on CPU the written-out formula was faster at sentence lengths (bench/README.md). Its dropout draws other
+    random numbers than the plain formula's; in eval mode the results are equal (tests/test_model.py)."""
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         h = self.n_heads
         y = F.scaled_dot_product_attention(model.split_heads(q, h), model.split_heads(k, h), model.split_heads(v, h),
                                            attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
         return model.merge_heads(y)  # (B, Lq, d)
-
-
-class PackedFusedAttention(PackedAttention, FusedAttention):
-    """PackedAttention whose formula is FusedAttention's kernel (CUDA)."""
 
 
 # ----------------------------------------------------------------------------
@@ -188,20 +141,20 @@ class RowMemory:
     sentence: torch.Tensor  # (N,)
 
 
-class SentenceVectorAttention(nn.Module):
+class SentenceVectorAttention(model.MultiHeadAttention):
     """Replaces a TSDAE decoder layer's `cross_attn` (model.MultiHeadAttention with a memory of length 1), on rows.
 
     Equal: over a single key, softmax(Q K^T / sqrt(dh)) = 1 whatever Q and K are, so every position of every
     head receives that head's value of the sentence vector s. The Q and K projections change nothing (their
-    gradient is exactly 0) and are left out; V and the output projection run once per sentence, not per token.
+    gradient is exactly 0): they keep their places (a checkpoint's names are the plain ones) but are frozen and
+    never run; V and the output projection run once per sentence, not per token.
     Attention dropout still drops each (position, head) weight, as in the plain version.
-    Built from the plain module: its v and out are the same Parameters.
     """
 
-    def __init__(self, attn: model.MultiHeadAttention):
-        super().__init__()
-        self.n_heads, self.dropout_p, self.v, self.out = attn.n_heads, attn.dropout_p, attn.v, attn.out
-        self.train(attn.training)
+    def __init__(self, cfg: model.BertConfig):
+        super().__init__(cfg)
+        self.q.requires_grad_(False)  # no gradient to give: DDP and the optimiser leave them alone
+        self.k.requires_grad_(False)
 
     def forward(self, x: torch.Tensor, mask: None = None, memory: RowMemory | None = None) -> torch.Tensor:
         """x (N, d) rows (they only set the shape: the attention weights do not depend on the queries)."""
@@ -220,23 +173,22 @@ class SentenceVectorAttention(nn.Module):
 
 class PackedDecoder(tsdae.TSDAEDecoder):
     """Replaces tsdae.TSDAEDecoder.forward and .neg_log_likelihood, the two pieces TSDAELoss.forward calls (the
-    same embeddings, layers and LM head; the layers' self-attention a PackedAttention, their cross-attention a
-    SentenceVectorAttention).
+    same embeddings, layers and LM head; the layers' self-attention the PackedBert encoder's PackedAttention,
+    their cross-attention a SentenceVectorAttention).
 
     forward: the decoder on the kept (label) positions only, as PackedBert for the encoder: the plain
         DecoderLayer.forward on packed rows. No later position of a sentence is kept, so (causal) none needs them.
     neg_log_likelihood: VocabularyCrossEntropy, which writes E's gradient into memory kept from step to step.
     """
 
-    @classmethod
-    def of(cls, decoder: tsdae.TSDAEDecoder, embeddings: nn.Module, device: torch.device) -> PackedDecoder:
-        attention = attention_class(device)
-        layers = nn.ModuleList([replaced(layer, self_attn=running(layer.self_attn, attention),
-                                         cross_attn=SentenceVectorAttention(layer.cross_attn))
-                                for layer in decoder.layers])
-        new = running(decoder, cls, embeddings=embeddings, layers=layers)
-        new.kept = None  # the memory of E's gradient (gradient_memory)
-        return new
+    cross_attention_class = SentenceVectorAttention
+
+    def __init__(self, encoder: model.Bert, tie: bool = True):
+        if not isinstance(encoder.layers[0].attn, PackedAttention):
+            raise TypeError("PackedDecoder runs the encoder's layers on packed rows: load the encoder with "
+                            "bert_class=PackedBert (or SparseLookupPackedBert)")
+        super().__init__(encoder, tie)
+        self.kept = None  # the memory of E's gradient (gradient_memory)
 
     def forward(self, input_ids: torch.Tensor, memory: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """The rows (T, d) of tsdae.TSDAEDecoder.forward(input_ids, memory, keep); without keep, (B, L, d)."""
@@ -324,15 +276,19 @@ class VocabularyCrossEntropy(torch.autograd.Function):
         return d_h.to(ctx.dtypes[0]), None, d_b.to(ctx.dtypes[1]), None, None  # (T, d), -, (V,)
 
 
-class SparseGradLookup(nn.Module):
-    """Replaces the word-embedding lookup (model.Embeddings.word, an nn.Embedding) with the same weight: the same
-    vectors, but the backward gives only the rows of the batch's tokens (a sparse gradient; autograd adds it into
-    the dense E.grad that VocabularyCrossEntropy wrote). Not an nn.Embedding: DDP would then expect the weight's
-    whole gradient to be sparse, and it is dense."""
-
-    def __init__(self, embedding: nn.Embedding):
-        super().__init__()
-        self.weight, self.padding_idx, self.sparse = embedding.weight, embedding.padding_idx, True
+class SparseGradLookup(nn.Embedding):
+    """Replaces the word-embedding lookup's forward (model.Embeddings.word, an nn.Embedding: the same weight,
+    initialisation and names): the same vectors, but the backward gives only the rows of the batch's tokens (a
+    sparse gradient; autograd adds it into the dense E.grad that VocabularyCrossEntropy wrote). Its `sparse`
+    stays False, nn.Embedding's word for a sparse weight.grad, which DDP reads: E.grad is dense here. For TSDAE
+    with a tied decoder only, where the vocabulary projection's dense E.grad is there before the lookups' rows."""
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(input_ids, self.weight, self.padding_idx, sparse=self.sparse)
+        return F.embedding(input_ids, self.weight, self.padding_idx, sparse=True)
+
+
+class SparseLookupPackedBert(PackedBert):
+    """PackedBert whose word lookup is a SparseGradLookup: TSDAE's encoder when the decoder is tied to it (the
+    decoder then looks words up with the same module)."""
+
+    lookup_class = SparseGradLookup

@@ -15,19 +15,19 @@ Step 3 needs the same draws as step 1: replayed from another random state, the v
 and the gradient that of a loss nobody computed (the bug of sentence-transformers' cached losses, PR #3862).
 
 CachedVectors is an autograd Function whose backward runs step 3, as torch.utils.checkpoint recomputes a
-segment, so the training loop's loss.backward() is unchanged. ChunkedConSERTLoss routes every encoder pass of
-consert.ConSERTLoss through it. The adversarial view is refused: its perturbation is a gradient through the
-whole batch's loss inside the forward pass. ChunkedSupervisedLoss does the same for finetune.SupervisedLoss:
-in-batch negatives and CoSENT also compare every row of a batch with every other.
+segment, so the training loop's loss.backward() is unchanged. ChunkedConSERTLoss and ChunkedSupervisedConSERTLoss
+(consert_train.py builds them for --micro-batch) are consert.ConSERTLoss and consert.SupervisedConSERTLoss, the same
+forward, whose encoder passes (CachedPasses) go through it. The adversarial view is refused: its perturbation is a
+gradient through the whole batch's loss inside the forward pass. ChunkedSupervisedLoss does the same for
+finetune.SupervisedLoss: in-batch negatives and CoSENT also compare every row of a batch with every other.
 """
 from __future__ import annotations
 
-import copy
 from typing import Callable
 
 import torch
 
-from consert import ConSERTLoss, UnaugmentedPass, View
+from consert import ConSERTLoss, SupervisedConSERTLoss, UnaugmentedPass, View
 from finetune import SupervisedLoss
 from model import SentenceEncoder
 
@@ -107,36 +107,47 @@ def in_cached_chunks(encode: Callable[..., torch.Tensor], input_ids: torch.Tenso
     return CachedVectors.apply(encode, chunks, anchor)  # (B, d)
 
 
-class ChunkedConSERTLoss(ConSERTLoss):
-    """consert.ConSERTLoss (the same forward, the same parameters) whose encoder passes run `micro_batch`
+class CachedPasses:
+    """The encoder passes of a ConSERT objective (encode; the unaugmented pass of the supervised one), `micro_batch`
     sentences at a time through CachedVectors: the whole batch's loss and gradient, one chunk's graph in memory.
     With cache=False the chunks are encoded with their graphs kept (the same draws, all in memory): what the
-    cached gradient must equal, and what the tests compare it with."""
+    cached gradient must equal, and what the tests compare it with. Named first among a class's bases (below)."""
 
     micro_batch: int
     cache: bool = True
     backward_per_chunk = True  # distributed.ddp leaves it unwrapped: DDP would reduce each chunk's backward
 
-    @classmethod
-    def of(cls, objective: ConSERTLoss, micro_batch: int, cache: bool = True) -> ChunkedConSERTLoss:
-        views_used = objective.classifier is None or objective.joint  # "sup" trains the classifier alone
-        if views_used and "adversarial" in [view.name for view in objective.views]:
-            raise ValueError("--micro-batch cannot take the adversarial view: its perturbation is a gradient "
-                             "through the whole batch's loss, inside the forward pass")
-        chunked = copy.copy(objective)  # the same modules and parameters
-        chunked.__class__, chunked.micro_batch, chunked.cache = cls, micro_batch, cache
-        return chunked
-
-    def chunked(self, encode: Callable[..., torch.Tensor], input_ids: torch.Tensor,
-                attention_mask: torch.Tensor) -> torch.Tensor:
-        return in_cached_chunks(encode, input_ids, attention_mask, self.micro_batch, self.cache)
-
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, view: View) -> torch.Tensor:
-        return self.chunked(lambda ids, mask: ConSERTLoss.encode(self, ids, mask, view), input_ids, attention_mask)
+        encode = super().encode
+        return in_cached_chunks(lambda ids, mask: encode(ids, mask, view), input_ids, attention_mask,
+                                self.micro_batch, self.cache)  # (B, d)
 
     def unaugmented(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> UnaugmentedPass:
-        z = self.chunked(lambda ids, mask: ConSERTLoss.unaugmented(self, ids, mask).z, input_ids, attention_mask)
+        unaugmented = super().unaugmented
+        z = in_cached_chunks(lambda ids, mask: unaugmented(ids, mask).z, input_ids, attention_mask,
+                             self.micro_batch, self.cache)  # (B, d)
         return UnaugmentedPass(z, None, attention_mask)  # no embedding output: only the adversarial view reads it
+
+
+class ChunkedConSERTLoss(CachedPasses, ConSERTLoss):
+    """consert.ConSERTLoss (the unsupervised objective) with CachedPasses."""
+
+    def __init__(self, encoder: SentenceEncoder, views: tuple[View, View], micro_batch: int, cache: bool = True,
+                 **settings):
+        super().__init__(encoder, views, **settings)
+        self.micro_batch, self.cache = micro_batch, cache
+
+
+class ChunkedSupervisedConSERTLoss(CachedPasses, SupervisedConSERTLoss):
+    """consert.SupervisedConSERTLoss (sup, joint) with CachedPasses."""
+
+    def __init__(self, encoder: SentenceEncoder, views: tuple[View, View], nli_classes: int, micro_batch: int,
+                 cache: bool = True, joint: bool = False, **settings):
+        if joint and "adversarial" in [view.name for view in views]:  # "sup" trains the classifier alone: no views
+            raise ValueError("--micro-batch cannot take the adversarial view: its perturbation is a gradient "
+                             "through the whole batch's loss, inside the forward pass")
+        super().__init__(encoder, views, nli_classes, joint=joint, **settings)
+        self.micro_batch, self.cache = micro_batch, cache
 
 
 class ChunkedSupervisedLoss(SupervisedLoss):

@@ -106,12 +106,22 @@ def small_corpus(tmp_path_factory) -> Path:
 
 @pytest.fixture(params=["plain", "fast"])
 def on_path(request):
-    """Runs a test on both paths: on_path(encoder) is the encoder itself (plain) or a copy that shares its
-    weights and runs fast.PackedBert (fast). on_path.name says which."""
+    """Runs a test on both paths: on_path(encoder) is the encoder itself (plain) or the same folder loaded as
+    fast.PackedBert, with the same dropout and mode (fast). on_path.name says which."""
+    from model import SentenceEncoder
     from speedups import fast
 
     def convert(encoder):
-        return encoder if request.param == "plain" else fast.speed_up_encoder(encoder, torch.device("cpu"))
+        if request.param == "plain":
+            return encoder
+        with torch.random.fork_rng():  # loading draws initial weights: the test's random state stays as it was
+            quick = SentenceEncoder.from_pretrained(encoder.source, encoder.pooling, encoder.max_length, fast.PackedBert)
+        for plain, packed in zip(encoder.bert.modules(), quick.bert.modules()):  # the same dropout rates (ConSERT's
+            if isinstance(plain, torch.nn.Dropout):  # switch_off_dropout sets some to 0)
+                packed.p = plain.p
+            if hasattr(plain, "dropout_p"):
+                packed.dropout_p = plain.dropout_p
+        return quick.train(encoder.training)
 
     convert.name = request.param
     return convert

@@ -16,7 +16,7 @@ import consert_train
 import data
 import train
 from lib.run import finished
-from consert import ConSERTLoss, View, nt_xent
+from consert import AdversarialConSERTLoss, ConSERTLoss, SupervisedConSERTLoss, View, nt_xent
 from model import SentenceEncoder, pool
 from lib.corpus import read_corpus
 from lib import datafiles
@@ -60,7 +60,14 @@ def embedding_output(encoder: SentenceEncoder, ids: torch.Tensor) -> torch.Tenso
 
 
 def objective(encoder: SentenceEncoder, view1=("none", 0.0), view2=("none", 0.0), **kw) -> ConSERTLoss:
-    return ConSERTLoss(encoder, (View(*view1), View(*view2)), **kw)
+    """The class consert_train.build_objective picks: with NLI classes the supervised one, with the adversarial view
+    (or its norm) the adversarial one, else ConSERT's unsupervised objective."""
+    views = (View(*view1), View(*view2))
+    if "nli_classes" in kw:
+        return SupervisedConSERTLoss(encoder, views, **kw)
+    if "adversarial" in (view1[0], view2[0]) or "adv_norm" in kw:
+        return AdversarialConSERTLoss(encoder, views, **kw)
+    return ConSERTLoss(encoder, views, **kw)
 
 
 def collate(ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -434,15 +441,18 @@ def test_resume_continues_the_same_loss_sequence_across_both_stages(tiny_model_d
               "--steps", 6, "--view1", "feature_cutoff", "--view2", "shuffle", "--lr", "1e-3"]
     consert_train.main(tiny(tiny_model_dir, tmp_path / "a", *common))
 
-    real_forward, calls = ConSERTLoss.forward, {"n": 0}
+    calls = {"n": 0}
 
-    def forward(self, batch):  # Ctrl-C at the given calls: in stage 1 (call 3), then in stage 2 (call 4 + 3)
-        calls["n"] += 1
-        if calls["n"] in calls.get("stop", ()):
-            raise KeyboardInterrupt
-        return real_forward(self, batch)
+    def stopping(real_forward):
+        def forward(self, batch):  # Ctrl-C at the given calls: in stage 1 (call 3), then in stage 2 (call 4 + 3)
+            calls["n"] += 1
+            if calls["n"] in calls.get("stop", ()):
+                raise KeyboardInterrupt
+            return real_forward(self, batch)
+        return forward
 
-    monkeypatch.setattr(ConSERTLoss, "forward", forward)
+    for stage_class in (SupervisedConSERTLoss, ConSERTLoss):  # joint, then unsup
+        monkeypatch.setattr(stage_class, "forward", stopping(stage_class.forward))
     calls["stop"] = (3,)
     with pytest.raises(SystemExit):
         consert_train.main(tiny(tiny_model_dir, tmp_path / "b", *common))
@@ -736,3 +746,41 @@ def test_few_shot_run_trains_an_epoch_of_the_full_corpus(tiny_model_dir, small_c
     consert_train.main(["--corpus", str(small_corpus), *tiny(tiny_model_dir, tmp_path / "once", "--batch-size", 4,
                                                              "--epochs", 1, "--few-shot", 3)])
     assert "ConSERT unsup: 3 sentences" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- the flags of the NLI stage and of the attack
+
+
+def test_the_nli_stage_flags_reach_its_views_lr_and_epochs(tmp_path):
+    """--nli-view1, --nli-rate1, --nli-rate2, --nli-lr and --nli-epochs replace the official NLI stage's entries
+    (consert_train.stages); its lr is the optimiser's (stage_settings), its epochs the steps' count (run_stage)."""
+    official = consert_train.stages(consert_train.parse_args(["--nli", "pairs.jsonl", "--strategy", "joint-unsup",
+                                                              "--corpus", "c.txt"]))
+    flags = ["--nli", "pairs.jsonl", "--strategy", "joint-unsup", "--corpus", "c.txt", "--nli-view1", "feature_cutoff",
+             "--nli-rate1", "0.3", "--nli-rate2", "0.25", "--nli-lr", "3e-5", "--nli-epochs", "2"]
+    args = consert_train.parse_args(flags)
+    nli, unsup = consert_train.stages(args)
+    assert official[0].views == consert_train.NLI_VIEWS and (official[0].lr, official[0].epochs) == (2e-5, 1)
+    assert nli.views == (View("feature_cutoff", 0.3), View("token_cutoff", 0.25))  # view 2 stays the official one
+    assert (nli.lr, nli.epochs) == (3e-5, 2)
+    assert unsup == official[1]  # the contrastive stage keeps its own settings
+    pairs = [("a man plays", "a person plays", 0)]
+    assert consert_train.stage_settings(nli, tmp_path, False, args, flags, pairs, None, steps=4).lr == 3e-5
+
+
+def test_adv_norm_is_the_length_of_the_adversarial_perturbation(tiny_model_dir, small_corpus, monkeypatch):
+    """--adv-norm reaches the objective build_objective picks for an adversarial view, and every real token of the
+    view moves by that length (fgv_perturbation)."""
+    args = consert_train.parse_args(["--corpus", str(small_corpus), "--view2", "adversarial", "--adv-norm", "0.05",
+                                     "--plain"])
+    stage = consert_train.stages(args)[0]
+    encoder = consert_train.build_encoder(stage, tiny_model_dir, args)
+    obj = consert_train.build_objective(stage, encoder, args, torch.device("cpu"), world=1)
+    assert type(obj) is AdversarialConSERTLoss and obj.adv_norm == 0.05
+    perturbations, real_fgv = [], consert.fgv_perturbation
+    monkeypatch.setattr(consert, "fgv_perturbation", lambda *a: perturbations.append(real_fgv(*a)) or perturbations[-1])
+    ids = data.tokenize(encoder.tokenizer, read_corpus(small_corpus)[:4], 32)
+    obj(consert.collate_sentences(ids))
+    (r,) = perturbations
+    lengths = r.norm(dim=-1)[consert.collate_sentences(ids)["attention_mask"].bool()]  # (real tokens,)
+    assert torch.allclose(lengths, torch.full_like(lengths, 0.05), rtol=1e-3)

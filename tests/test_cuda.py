@@ -1,7 +1,5 @@
 """The checks of bench/gpu_check.sh, on CUDA: the parity and fast-vs-plain tests in fp32 and under bf16 autocast,
 where the fast path also runs FusedAttention (PyTorch's fused kernel). Skipped on a machine without CUDA."""
-import copy
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,7 +8,7 @@ import consert
 import data
 from speedups import fast
 import tsdae
-from model import SentenceEncoder
+from model import Bert, SentenceEncoder
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA on this machine")
 CUDA = torch.device("cuda")
@@ -33,17 +31,23 @@ def test_encode_on_cuda_equals_sentence_transformers_on_both_paths(minilm_path, 
     from sentence_transformers import SentenceTransformer
 
     theirs = SentenceTransformer(minilm_path, device="cuda").encode(sts_sentences, convert_to_tensor=True).cpu()
-    encoder = SentenceEncoder.from_pretrained(minilm_path).to(CUDA)
-    for ours in (encoder, fast.speed_up_encoder(encoder, CUDA)):
+    for bert_class in (Bert, fast.PackedBert):
+        ours = SentenceEncoder.from_pretrained(minilm_path, bert_class=bert_class).to(CUDA)
         assert F.cosine_similarity(ours.encode(sts_sentences), theirs).min() >= 0.9999
 
 
 @pytest.mark.parametrize("amp", [False, True])
-def test_tsdae_fast_equals_plain_on_cuda(minilm_path, pairs, amp):
-    """fp32: within 1e-4 (TF32 may be on); bf16: fast within twice what bf16 moves the plain path from fp32."""
-    plain = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(minilm_path, pooling="cls", max_length=75)).to(CUDA).eval()
-    quick = fast.speed_up_tsdae(copy.deepcopy(plain), CUDA)
-    assert isinstance(quick.encoder.bert.layers[0].attn, fast.FusedAttention)
+def test_tsdae_fast_equals_plain_on_cuda(minilm_path, pairs, amp, monkeypatch):
+    """fp32: within 1e-4 (TF32 may be on); bf16: fast within twice what bf16 moves the plain path from fp32. On CUDA
+    the packed attention runs FusedAttention's kernel."""
+    objectives = []
+    for bert_class, decoder_class in ((Bert, tsdae.TSDAEDecoder), (fast.SparseLookupPackedBert, fast.PackedDecoder)):
+        torch.manual_seed(0)  # the same new weights
+        encoder = SentenceEncoder.from_pretrained(minilm_path, pooling="cls", max_length=75, bert_class=bert_class)
+        objectives.append(tsdae.TSDAELoss(encoder, decoder_class=decoder_class).to(CUDA).eval())
+    plain, quick = objectives
+    fused, real_attend = [], fast.FusedAttention.attend
+    monkeypatch.setattr(fast.FusedAttention, "attend", lambda *a: fused.append(1) or real_attend(*a))
     results = []
     for objective, autocast in ((plain, False), (plain, amp), (quick, amp)):
         objective.zero_grad()
@@ -52,6 +56,7 @@ def test_tsdae_fast_equals_plain_on_cuda(minilm_path, pairs, amp):
         loss.backward()
         results.append((loss.item(), torch.cat([g.flatten() for g in gradients(objective).values()])))
     (l32, g32), (lp, gp), (lf, gf) = results
+    assert len(fused) == 2 * plain.encoder.bert.cfg.num_hidden_layers  # encoder and decoder self-attention, fast path
     if amp:
         assert abs(lf - lp) <= 2 * abs(lp - l32) + 1e-6 * l32 and (gf - gp).norm() <= 2 * (gp - g32).norm()
     else:
@@ -59,10 +64,13 @@ def test_tsdae_fast_equals_plain_on_cuda(minilm_path, pairs, amp):
 
 
 def test_consert_fast_equals_plain_on_cuda(minilm_path, sts_sentences):
-    encoder = SentenceEncoder.from_pretrained(minilm_path, pooling="mean", max_length=67).to(CUDA)
-    consert.switch_off_dropout(encoder)
-    plain = consert.ConSERTLoss(encoder, (consert.View("feature_cutoff", 0.2), consert.View("shuffle")))
-    quick = fast.speed_up_consert(copy.deepcopy(plain), CUDA)
+    objectives = []
+    for bert_class in (Bert, fast.PackedBert):
+        encoder = SentenceEncoder.from_pretrained(minilm_path, pooling="mean", max_length=67, bert_class=bert_class)
+        consert.switch_off_dropout(encoder)
+        views = (consert.View("feature_cutoff", 0.2), consert.View("shuffle"))
+        objectives.append(consert.ConSERTLoss(encoder.to(CUDA), views))
+    plain, quick = objectives
     ids = data.tokenize(encoder.tokenizer, sts_sentences[:24], 67)
     batch = data.to_device(consert.collate_sentences(ids, multiple=8), CUDA)
     losses = []
@@ -88,7 +96,7 @@ def test_the_cached_gradient_on_cuda_with_dropout_on(minilm_path, sts_sentences)
     batch = data.to_device(consert.collate_sentences(ids), CUDA)
     results = []
     for cache in (False, True):
-        chunked = gradcache.ChunkedConSERTLoss.of(objective, 8, cache=cache)
+        chunked = gradcache.ChunkedConSERTLoss(encoder, objective.views, micro_batch=8, cache=cache)
         chunked.zero_grad(set_to_none=True)
         torch.manual_seed(5)  # seeds the CUDA generator too
         loss = chunked(batch)

@@ -1,5 +1,4 @@
 """speedups/fast.py: each speed-up gives the numbers of the plain piece it replaces, on the real MiniLM weights."""
-import copy
 import dataclasses
 
 import pytest
@@ -10,18 +9,32 @@ import consert
 import data
 from speedups import fast
 import tsdae
-from model import MultiHeadAttention, SentenceEncoder, attention, load_bert
+from model import Bert, MultiHeadAttention, SentenceEncoder, attention, load_bert
 from lib.corpus import read_corpus
 
-CPU = torch.device("cpu")
+
+
+def tsdae_objectives(path: str, tie: bool = True, normalisation: str = "tokens") -> tuple[tsdae.TSDAELoss, ...]:
+    """The plain objective and the fast one, as tsdae_train.build_objective builds them, from the same seed."""
+    objectives = []
+    quick_bert = fast.SparseLookupPackedBert if tie else fast.PackedBert
+    for bert_class, decoder_class in ((Bert, tsdae.TSDAEDecoder), (quick_bert, fast.PackedDecoder)):
+        torch.manual_seed(0)
+        encoder = SentenceEncoder.from_pretrained(path, pooling="cls", max_length=75, bert_class=bert_class)
+        objectives.append(tsdae.TSDAELoss(encoder, tie=tie, normalisation=normalisation, decoder_class=decoder_class))
+    return tuple(objectives)
 
 
 def assert_same_gradients(plain: torch.nn.Module, quick: torch.nn.Module, tolerance: float = 1e-5) -> None:
-    """Every parameter of the fast objective has the plain one's gradient (names match; the fast path may
-    have fewer parameters, never others)."""
+    """Every parameter of the fast objective has the plain one's gradient (the same names); one it freezes
+    (SentenceVectorAttention's Q and K) has none, and the plain one's is 0."""
     plain_grads = {name: p.grad for name, p in plain.named_parameters()}
+    assert plain_grads.keys() == {name for name, _ in quick.named_parameters()}
     for name, p in quick.named_parameters():
         g = plain_grads[name]
+        if not p.requires_grad:
+            assert p.grad is None and ".cross_attn." in name and g.abs().max() < 1e-6, name
+            continue
         assert p.grad is not None and g is not None, name
         if name.endswith("attn.k.bias"):
             # softmax(q.(k + b)) does not depend on the key bias b: its true gradient is 0, both sides are float noise
@@ -43,10 +56,17 @@ def pairs_batch(minilm_path, sts_sentences) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("tie, normalisation", [(True, "tokens"), (True, "sentence"), (False, "tokens")])
 def test_tsdae_fast_equals_plain_loss_and_gradients(minilm_path, pairs_batch, tie, normalisation):
-    plain = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(minilm_path, pooling="cls", max_length=75), tie=tie,
-                            normalisation=normalisation).eval()  # eval: dropout off, so both draw nothing
-    quick = fast.speed_up_tsdae(copy.deepcopy(plain), CPU)  # the same weights, tied the same way
-    assert isinstance(quick.encoder.bert, fast.PackedBert) and not hasattr(quick.decoder.layers[0].cross_attn, "q")
+    plain, quick = tsdae_objectives(minilm_path, tie, normalisation)
+    plain.eval(), quick.eval()  # eval: dropout off, so both draw nothing
+    assert isinstance(quick.encoder.bert, fast.PackedBert) and isinstance(quick.decoder, fast.PackedDecoder)
+    assert isinstance(quick.decoder.layers[0].cross_attn, fast.SentenceVectorAttention)
+    state, quick_state = plain.state_dict(), quick.state_dict()  # a checkpoint's names, and the same initial values
+    assert state.keys() == quick_state.keys() and all(torch.equal(state[n], quick_state[n]) for n in state)
+    words = quick.encoder.bert.embeddings.word
+    if tie:  # one module: both lookups sparse
+        assert quick.decoder.embeddings.word is words and isinstance(words, fast.SparseGradLookup)
+    else:  # the encoder keeps the plain lookup: its word matrix would get sparse rows alone
+        assert type(words) is torch.nn.Embedding
     losses = []
     for objective in (plain, quick):
         loss = objective(pairs_batch)
@@ -60,10 +80,13 @@ def test_tsdae_fast_equals_plain_loss_and_gradients(minilm_path, pairs_batch, ti
 
 @pytest.mark.parametrize("views", [(("feature_cutoff", 0.2), ("shuffle", 0.0)), (("token_cutoff", 0.1), ("adversarial", 0.0))])
 def test_consert_fast_equals_plain_loss_and_gradients(minilm_path, sts_sentences, views):
-    encoder = SentenceEncoder.from_pretrained(minilm_path, pooling="mean", max_length=64)
-    consert.switch_off_dropout(encoder)
-    plain = consert.ConSERTLoss(encoder, tuple(consert.View(*view) for view in views), adv_norm=1e-2)
-    quick = fast.speed_up_consert(copy.deepcopy(plain), CPU)
+    objectives = []
+    for bert_class in (Bert, fast.PackedBert):
+        encoder = SentenceEncoder.from_pretrained(minilm_path, pooling="mean", max_length=64, bert_class=bert_class)
+        consert.switch_off_dropout(encoder)
+        objectives.append(consert.AdversarialConSERTLoss(encoder, tuple(consert.View(*view) for view in views),
+                                                         adv_norm=1e-2))
+    plain, quick = objectives
     ids, mask = data.pad(data.tokenize(encoder.tokenizer, sts_sentences[:10], 64), pad_id=0)  # unbucketed: padding
     losses = []
     for objective in (plain, quick):
@@ -76,17 +99,16 @@ def test_consert_fast_equals_plain_loss_and_gradients(minilm_path, sts_sentences
 
 
 def test_encode_fast_equals_plain(minilm_path, sts_sentences):
-    encoder = SentenceEncoder.from_pretrained(minilm_path)
-    plain = encoder.encode(sts_sentences, batch_size=16)
-    quick = fast.speed_up_encoder(encoder, CPU).encode(sts_sentences, batch_size=16)
+    plain = SentenceEncoder.from_pretrained(minilm_path).encode(sts_sentences, batch_size=16)
+    quick = SentenceEncoder.from_pretrained(minilm_path, bert_class=fast.PackedBert).encode(sts_sentences, batch_size=16)
     torch.testing.assert_close(quick, plain, atol=1e-5, rtol=1e-5)
 
 
 def test_packed_bert_gives_zeros_at_padding_and_all_layers(minilm_path, sts_sentences):
-    bert = load_bert(minilm_path).eval()
+    bert, packed_bert = load_bert(minilm_path).eval(), load_bert(minilm_path, fast.PackedBert).eval()
     ids, mask = data.pad(data.tokenize(SentenceEncoder.from_pretrained(minilm_path).tokenizer, sts_sentences[:6], 64), 0)
     with torch.no_grad():
-        plain, packed = bert(ids, mask, all_layers=True), fast.PackedBert.of(bert, CPU)(ids, mask, all_layers=True)
+        plain, packed = bert(ids, mask, all_layers=True), packed_bert(ids, mask, all_layers=True)
     assert len(plain) == len(packed) == bert.cfg.num_hidden_layers + 1
     real = mask.bool()
     for a, b in zip(plain, packed):
@@ -100,8 +122,9 @@ def test_sentence_vector_attention_equals_general_attention_over_one_key(tiny_mo
     It works on rows (N, d), each row told its sentence (RowMemory)."""
     cfg = dataclasses.replace(load_bert(tiny_model_dir).cfg, attention_probs_dropout_prob=0.1)
     general = MultiHeadAttention(cfg)
-    ours = fast.SentenceVectorAttention(general)
-    assert ours.v is general.v and ours.out is general.out  # the same Parameters, not copies
+    ours = fast.SentenceVectorAttention(cfg)
+    ours.load_state_dict(general.state_dict())  # the same names
+    assert not ours.q.weight.requires_grad and not ours.k.bias.requires_grad and ours.v.weight.requires_grad
     B, L, h = 3, 9, cfg.num_attention_heads
     x, s = torch.randn(B, L, cfg.hidden_size), torch.randn(B, 1, cfg.hidden_size)
     rows = fast.RowMemory(s, torch.arange(B).repeat_interleave(L))  # row b * L + t belongs to sentence b
@@ -159,15 +182,15 @@ def test_word_matrix_gradient_is_summed_without_vocabulary_sized_temporaries(tin
     give the same gradient as dense lookups, without the (V, d) zero-fills and copies those make."""
     from torch.profiler import profile
 
-    obj = fast.speed_up_tsdae(tsdae.TSDAELoss(SentenceEncoder.from_pretrained(tiny_model_dir, pooling="cls")), CPU)
-    ds = tsdae.DenoisingDataset(read_corpus(small_corpus), obj.encoder.tokenizer, 64)
-    batch = tsdae.collate_pairs([ds[(0, i)] for i in range(8)])
-    word = obj.decoder.embeddings.word
-    assert obj.encoder.bert.embeddings.word is word  # tied: one module, both lookups sparse
     grads, temporaries = [], []
-    for sparse in (True, False):
-        word.sparse = sparse
-        word.weight.grad = None
+    for bert_class in (fast.SparseLookupPackedBert, fast.PackedBert):  # tied: one lookup module, sparse or not
+        torch.manual_seed(0)  # the same cross-attention weights
+        encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="cls", bert_class=bert_class)
+        obj = tsdae.TSDAELoss(encoder, decoder_class=fast.PackedDecoder).eval()  # eval: no dropout draws
+        ds = tsdae.DenoisingDataset(read_corpus(small_corpus), obj.encoder.tokenizer, 64)
+        batch = tsdae.collate_pairs([ds[(0, i)] for i in range(8)])
+        word = obj.decoder.embeddings.word
+        assert obj.encoder.bert.embeddings.word is word
         with profile(record_shapes=True) as prof:
             obj(batch).backward()
         grads.append(word.weight.grad.clone())  # E.grad lives in memory the objective keeps (gradient_memory)
@@ -192,8 +215,8 @@ def test_fast_equals_plain_under_bf16_autocast(minilm_path, pairs_batch, monkeyp
     orders), so they cannot agree to 1e-5. The tolerance: fast differs from plain by at most twice what bf16 itself
     moves the plain path away from float32, in the loss and in the whole gradient. And the vocabulary projection,
     the largest matmul of the step, runs in bf16 like the plain F.linear, not in float32."""
-    plain = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(minilm_path, pooling="cls", max_length=75)).eval()
-    quick = fast.speed_up_tsdae(copy.deepcopy(plain), CPU)
+    plain, quick = tsdae_objectives(minilm_path)
+    plain.eval(), quick.eval()
     results = {}
     for name, objective, amp in (("plain fp32", plain, False), ("plain bf16", plain, True), ("fast bf16", quick, True)):
         objective.zero_grad()
@@ -237,8 +260,8 @@ def test_fast_path_applies_dropout_where_the_plain_one_does(minilm_path, pairs_b
     attention over (B, L, h)), so their losses differ draw by draw. What must hold: the same dropouts at the same
     rates, and the same distribution of the loss over many draws (a fast path that skipped a dropout would have a
     lower spread and another mean)."""
-    plain = tsdae.TSDAELoss(SentenceEncoder.from_pretrained(minilm_path, pooling="cls", max_length=75)).train()
-    quick = fast.speed_up_tsdae(plain, CPU).train()
+    plain, quick = tsdae_objectives(minilm_path)
+    plain.train(), quick.train()
     with torch.no_grad():
         calls = {}
         for name, objective in (("plain", plain), ("fast", quick)):

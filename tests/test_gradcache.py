@@ -60,13 +60,26 @@ def assert_same(a: tuple[float, dict], b: tuple[float, dict], tolerance: float =
         assert (a[1][name] - b[1][name]).abs().max() < tolerance, name
 
 
+def chunked(objective: consert.ConSERTLoss, size: int, cache: bool = True) -> consert.ConSERTLoss:
+    """The objective as consert_train.build_objective builds it for --micro-batch: the same encoder (in its mode),
+    settings and classifier."""
+    settings = dict(temperature=objective.temperature, cl_weight=objective.cl_weight, micro_batch=size, cache=cache)
+    if isinstance(objective, consert.SupervisedConSERTLoss):
+        twin = gradcache.ChunkedSupervisedConSERTLoss(objective.encoder, objective.views,
+                                                      objective.classifier.out_features, joint=objective.joint, **settings)
+        twin.classifier = objective.classifier
+    else:
+        twin = gradcache.ChunkedConSERTLoss(objective.encoder, objective.views, **settings)
+    return twin  # the encoder's mode is the one the test set
+
+
 def strategies(encoder: SentenceEncoder, sentences: list[str], views: tuple[str, str]):
     """(name, objective, batch) of the three objectives a stage can have: sup-unsup and joint-unsup are a sup or
     joint stage followed by an unsup one."""
     pair = (consert.View(views[0], 0.2), consert.View(views[1], 0.2))
     yield "unsup", consert.ConSERTLoss(encoder, pair), sentence_batch(encoder, sentences)
-    yield "sup", consert.ConSERTLoss(encoder, pair, nli_classes=3), nli_batch(encoder, sentences)
-    yield "joint", consert.ConSERTLoss(encoder, pair, nli_classes=3, joint=True), nli_batch(encoder, sentences)
+    yield "sup", consert.SupervisedConSERTLoss(encoder, pair, nli_classes=3), nli_batch(encoder, sentences)
+    yield "joint", consert.SupervisedConSERTLoss(encoder, pair, nli_classes=3, joint=True), nli_batch(encoder, sentences)
 
 
 @pytest.mark.parametrize("views", VIEW_PAIRS)
@@ -75,8 +88,8 @@ def test_the_cached_gradient_is_the_gradient_of_the_whole_batch(encoder, sentenc
     same draws (the chunks encoded with their graphs kept: the memory the cached gradient saves)."""
     for name, objective, batch in strategies(encoder, sentences, views):
         objective.train()
-        whole = loss_and_gradients(gradcache.ChunkedConSERTLoss.of(objective, CHUNK, cache=False), batch)
-        cached = loss_and_gradients(gradcache.ChunkedConSERTLoss.of(objective, CHUNK), batch)
+        whole = loss_and_gradients(chunked(objective, CHUNK, cache=False), batch)
+        cached = loss_and_gradients(chunked(objective, CHUNK), batch)
         assert_same(whole, cached)
 
 
@@ -87,23 +100,23 @@ def test_without_random_draws_it_is_the_plain_objective(encoder, sentences):
     quiet.bert.eval()  # eval mode: no dropout
     for name, objective, batch in strategies(quiet, sentences, ("none", "none")):
         assert_same(loss_and_gradients(objective, batch),
-                    loss_and_gradients(gradcache.ChunkedConSERTLoss.of(objective, CHUNK), batch))
+                    loss_and_gradients(chunked(objective, CHUNK), batch))
 
 
 def test_the_replay_of_the_random_state_is_what_makes_it_exact(encoder, sentences, monkeypatch):
     """Encoded again from another random state (the sentence-transformers bug), the gradient is another one."""
     objective = consert.ConSERTLoss(encoder, (consert.View("simcse"), consert.View("simcse"))).train()
     batch = sentence_batch(encoder, sentences)
-    whole = loss_and_gradients(gradcache.ChunkedConSERTLoss.of(objective, CHUNK, cache=False), batch)
+    whole = loss_and_gradients(chunked(objective, CHUNK, cache=False), batch)
     monkeypatch.setattr(gradcache, "set_random_state", lambda state, device: None)
-    stale = loss_and_gradients(gradcache.ChunkedConSERTLoss.of(objective, CHUNK), batch)
+    stale = loss_and_gradients(chunked(objective, CHUNK), batch)
     assert stale[0] == pytest.approx(whole[0], abs=1e-6)  # the forward is the same ...
     assert max((stale[1][n] - whole[1][n]).abs().max() for n in whole[1]) > 1e-3  # ... the gradient is not
 
 
 def test_the_random_state_goes_on_as_without_chunks(encoder, sentences):
     """The replay happens inside fork_rng: after the step, the run's generator is where the forward left it."""
-    objective = gradcache.ChunkedConSERTLoss.of(
+    objective = chunked(
         consert.ConSERTLoss(encoder, (consert.View("simcse"), consert.View("shuffle"))).train(), CHUNK)
     torch.manual_seed(4)
     loss = objective(sentence_batch(encoder, sentences))
@@ -119,7 +132,7 @@ def test_under_bf16_autocast_the_replay_runs_in_bf16_too(encoder, sentences, mon
     between one graph and the chunks, about 0.013, would hide.)"""
     objective = consert.ConSERTLoss(encoder, (consert.View("feature_cutoff", 0.2), consert.View("shuffle"))).train()
     batch = sentence_batch(encoder, sentences)
-    whole = loss_and_gradients(gradcache.ChunkedConSERTLoss.of(objective, CHUNK, cache=False), batch, bf16=True)
+    whole = loss_and_gradients(chunked(objective, CHUNK, cache=False), batch, bf16=True)
     encoded, real_encode = [], consert.ConSERTLoss.encode
 
     def recording(self, *args):
@@ -128,7 +141,7 @@ def test_under_bf16_autocast_the_replay_runs_in_bf16_too(encoder, sentences, mon
         return z
 
     monkeypatch.setattr(consert.ConSERTLoss, "encode", recording)
-    cached = loss_and_gradients(gradcache.ChunkedConSERTLoss.of(objective, CHUNK), batch, bf16=True)
+    cached = loss_and_gradients(chunked(objective, CHUNK), batch, bf16=True)
     forward, replayed = encoded[: len(encoded) // 2], encoded[len(encoded) // 2 :]  # 2 views x 3 chunks each
     assert len(replayed) == 6 and all(any(torch.equal(z, f) for f in forward) for z in replayed)
     # One graph sums the chunks' gradients of a bf16 weight copy in bf16 (autocast casts each weight once per
@@ -140,15 +153,17 @@ def test_under_bf16_autocast_the_replay_runs_in_bf16_too(encoder, sentences, mon
 
 
 def test_the_adversarial_view_is_refused_in_one_line(encoder, small_corpus, capsys):
+    adversarial = (consert.View("none"), consert.View("adversarial"))
     with pytest.raises(ValueError, match="--micro-batch cannot take the adversarial view"):
-        gradcache.ChunkedConSERTLoss.of(consert.ConSERTLoss(encoder, (consert.View("none"), consert.View("adversarial"))), 4)
+        gradcache.ChunkedSupervisedConSERTLoss(encoder, adversarial, 3, micro_batch=4, joint=True)
+    with pytest.raises(ValueError, match="unknown view"):  # ConSERTLoss makes no adversarial view, chunked or not
+        gradcache.ChunkedConSERTLoss(encoder, adversarial, micro_batch=4)
     with pytest.raises(SystemExit) as exit_:
         consert_train.parse_args(["--corpus", str(small_corpus), "--view2", "adversarial", "--micro-batch", "4"])
     assert exit_.value.code == 2
     assert "error: --micro-batch cannot take the adversarial view" in capsys.readouterr().err
     # the sup stage trains the classifier alone: its views, adversarial or not, are never made
-    objective = consert.ConSERTLoss(encoder, (consert.View("none"), consert.View("adversarial")), nli_classes=3)
-    assert gradcache.ChunkedConSERTLoss.of(objective, 4).micro_batch == 4
+    assert gradcache.ChunkedSupervisedConSERTLoss(encoder, adversarial, 3, micro_batch=4).micro_batch == 4
 
 
 @pytest.mark.parametrize("kind", ["triplets", "cosent"])

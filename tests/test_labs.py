@@ -20,7 +20,7 @@ from labs.noise_once import NoiseOnceDataset
 from labs.shared_dropout import SharedDropoutConSERTLoss
 from labs.token_memory import TokenMemoryTSDAELoss, TokenStates
 from consert import ConSERTLoss, View
-from model import MultiHeadAttention, SentenceEncoder
+from model import Bert, MultiHeadAttention, SentenceEncoder
 from lib.weights import load_tokenizer
 from lib.corpus import read_corpus
 from lib import errors
@@ -54,8 +54,8 @@ def test_a_masked_cut_token_is_neither_attended_to_nor_pooled(tiny_model_dir, pa
     positions); the official token_cutoff's is not."""
     from speedups import fast
 
-    encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean")
-    encoder = encoder if path == "plain" else fast.speed_up_encoder(encoder, torch.device("cpu"))
+    bert_class = Bert if path == "plain" else fast.PackedBert
+    encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="mean", bert_class=bert_class)
     obj = MaskedCutoffConSERTLoss(encoder, (View("none"), View("token_cutoff_masked", 0.4))).eval()
     ids = torch.randint(1000, 2000, (2, 10))
     mask = torch.ones(2, 10, dtype=torch.long)
@@ -109,8 +109,8 @@ def test_shared_dropout_makes_the_two_simcse_views_one_tensor(tiny_model_dir, sm
     items = [consert.SentenceDataset(read_corpus(small_corpus), encoder.tokenizer, 64)[(0, i)] for i in range(8)]
     batch = consert.collate_sentences(items)
     seen = []
-    loss = obj.contrastive_loss
-    monkeypatch.setattr(obj, "contrastive_loss", lambda z1, z2, keys: seen.append((z1, z2)) or loss(z1, z2, keys))
+    loss = obj.contrastive
+    monkeypatch.setattr(obj, "contrastive", lambda z1, z2, keys: seen.append((z1, z2)) or loss(z1, z2, keys))
     obj(batch).backward()
     (z1, z2), = seen
     if shared:
