@@ -15,9 +15,12 @@ Read top to bottom:
   4. the command                     make_parser, parse_args, main: lib/experiment.py's steps, then train.train
 
     python baselines/mlm.py --corpus FILE --model DIR --steps N --out runs/mlm
+    python baselines/mlm.py --corpus FILE --model DIR --random-init ...   # pre-train from scratch (docs/standin.md)
 
 model/ holds the encoder (as TSDAE's and ConSERT's runs do: SentenceEncoder.save_pretrained), not the MLM head; the
-head is in checkpoint/ (training_state.pt), which --resume reads.
+head is in checkpoint/ (training_state.pt), which --resume reads. With --random-init (DIR's config.json and tokenizer,
+new weights) the run is a pre-training, and model/ is a raw masked-LM checkpoint like the bert-mini stand-in: the
+encoder and its MLM head.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import argparse
 import random
 import sys
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 if __name__ == "__main__":  # run as a script: the repository root (model.py, data.py, lib/) on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -37,10 +40,10 @@ from tokenizers import Tokenizer  # noqa: E402
 
 import data  # noqa: E402
 import train  # noqa: E402
-from lib import cli, distributed, experiment  # noqa: E402
+from lib import cli, distributed, experiment, weights  # noqa: E402
 from lib.corpus import open_corpus  # noqa: E402
 from lib.errors import UsageError  # noqa: E402
-from model import Bert, MLMHead, SentenceEncoder  # noqa: E402
+from model import Bert, BertConfig, MLMHead, SentenceEncoder  # noqa: E402
 from speedups import fast  # noqa: E402
 
 IGNORE = -100  # the label of a position that is not predicted (F.cross_entropy's and transformers' ignore_index)
@@ -194,19 +197,50 @@ def main(argv: list[str] | None = None) -> int:
                                args, device)
     # AdamW at a constant lr, no weight decay, gradients clipped to norm 1 (BERT clips too): TrainSettings' defaults
     run = experiment.settings(args, loader, card, steps=args.steps, epochs=args.epochs, lr=args.lr,
-                              micro_batch=args.micro_batch or 0)
+                              micro_batch=args.micro_batch or 0,
+                              save_with_model=head_saver(objective) if args.random_init else None)
     head = "the checkpoint's" if objective.head_from_checkpoint else "a new one (the checkpoint has none)"
+    if args.random_init:
+        head = "new, as is the encoder (--random-init: random weights of the config)"
     experiment.say_start(f"MLM: {len(sentences)} sentences, MLM head: {head}", run, args, device)
     train.train(objective.encoder, objective, loader, run, device)
-    experiment.say_done(run.out, "the MLM head is not saved there")
+    experiment.say_done(run.out, "with its MLM head" if args.random_init else "the MLM head is not saved there")
     return 0
 
 
 def build_objective(args: argparse.Namespace) -> MLMLoss:
-    """MLMLoss on the encoder of --model, its BERT built as speedups/fast.py's PackedBert (the same parameters and
-    numbers, no work on padding) unless --plain."""
+    """MLMLoss on the encoder of --model (--random-init: of its config, with new weights), its BERT built as
+    speedups/fast.py's PackedBert (the same parameters and numbers, no work on padding) unless --plain."""
+    bert_class = Bert if args.plain else fast.PackedBert
+    if args.random_init:
+        return MLMLoss(random_encoder(args.model, pooling=args.pooling, max_length=args.max_length,
+                                      bert_class=bert_class))
     return MLMLoss(experiment.load_encoder(args.model, pooling=args.pooling, max_length=args.max_length, mlm_head=True,
-                                           bert_class=Bert if args.plain else fast.PackedBert))
+                                           bert_class=bert_class))
+
+
+def random_encoder(model: str | None, pooling: str, max_length: int, bert_class: type[Bert] = Bert) -> SentenceEncoder:
+    """--random-init: the encoder of --model's config.json and tokenizer with NEW weights and a new MLM head, drawn by
+    model.init_weights (BERT's N(0, 0.02); Bert's constructor applies it), from the generator --seed seeded. The
+    folder's weights are never read: it may hold none."""
+    folder = weights.resolve_model(model or weights.default_model_path())
+    cfg = BertConfig.from_dict(weights.read_config(folder))
+    positions = cfg.max_position_embeddings - cfg.position_offset
+    return SentenceEncoder(bert_class(cfg, with_mlm_head=True), weights.load_tokenizer(folder), pooling,
+                           min(max_length, positions), source=folder)
+
+
+def head_saver(objective: MLMLoss) -> Callable[[Path], None]:
+    """--random-init: adds the trained MLM head to model/model.safetensors under the names transformers'
+    BertForMaskedLM gives it (cls.predictions.*), so that model/ is a raw masked-LM checkpoint, as the stand-in is:
+    a later MLM run from it continues its head, and BertForMaskedLM loads it whole."""
+    model_type = objective.encoder.bert.cfg.model_type
+
+    def save(out: Path) -> None:
+        path = out / "model" / "model.safetensors"
+        head = {weights.hf_name(f"mlm_head.{name}", model_type): p for name, p in objective.head.named_parameters()}
+        weights.write_safetensors({**weights.read_safetensors(path), **head}, path)
+    return save
 
 
 def make_parser() -> cli.ArgumentParser:
@@ -218,6 +252,9 @@ def make_parser() -> cli.ArgumentParser:
                    help="a BERT, RoBERTa, XLM-R, DistilBERT or ELECTRA checkpoint: a local folder or a Hub id; its "
                         "masked-LM head is used when it has one, else a new head is trained (default: the shipped "
                         "all-MiniLM-L6-v2, which has none)")
+    p.add_argument("--random-init", action="store_true",
+                   help="pre-train from scratch: --model's config.json and tokenizer, new random weights (BERT's "
+                        "initialisation) instead of its own; model/ then keeps the MLM head (docs/standin.md)")
     cli.add_length_arguments(p, passes_over="the corpus")
     p.add_argument("--batch-size", type=int, default=8,
                    help="sentences per step, TSDAE's (its paper, app. B), so that both pre-trainings see the same "

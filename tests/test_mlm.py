@@ -263,3 +263,107 @@ def test_bad_input_ends_in_one_line(tiny_mlm_dir, tmp_path):
     assert not (tmp_path / "run").exists()  # nothing written
     with pytest.raises(ModelLoadError):  # what cli.run turns into that line
         mlm.main(["--corpus", str(good), "--model", str(tmp_path / "no-model"), "--out", str(tmp_path / "run")])
+
+
+# ---------------------------------------------------------------- a stand-in a reader can rebuild (docs/standin.md)
+
+
+def word_embeddings(folder: Path) -> torch.Tensor:
+    state = read_safetensors(folder / "model.safetensors")
+    return state.get("bert.embeddings.word_embeddings.weight", state.get("embeddings.word_embeddings.weight"))
+
+
+def test_random_init_pretrains_from_new_weights_and_saves_a_masked_lm_checkpoint(tiny_mlm_dir, tmp_path, capsys):
+    from transformers import BertForMaskedLM, BertModel
+
+    corpus = tmp_path / "topics.txt"
+    corpus.write_text("\n".join(TOPICS[::20]) + "\n", encoding="utf-8")
+    mlm.main(["--corpus", str(corpus), "--model", str(tiny_mlm_dir), "--random-init", "--steps", "3", "--batch-size",
+              "4", "--lr", "1e-3", "--device", "cpu", "--save-every", "0", "--out", str(tmp_path / "run")])
+    assert "--random-init" in capsys.readouterr().out
+    out = tmp_path / "run" / "model"
+    # BERT's initialisation, N(0, 0.02), moved by 3 Adam steps of 1e-3 at most: not the source's weights (sd 0.054)
+    source, rebuilt = word_embeddings(tiny_mlm_dir), word_embeddings(out)
+    assert abs(source.std().item() - 0.054) < 0.005 and abs(rebuilt.std().item() - 0.02) < 0.002
+    assert (rebuilt - source).abs().mean() > 0.02
+    # model/ is a raw masked-LM checkpoint: our loader finds its head, transformers loads it whole, the same numbers
+    encoder = SentenceEncoder.from_pretrained(out).eval()
+    assert encoder.tokenizer.get_vocab() == SentenceEncoder.from_pretrained(tiny_mlm_dir).tokenizer.get_vocab()
+    assert encoder.bert.mlm_head is not None
+    batch = masked_batch(encoder, TOPICS[::10])
+    hf, theirs = hf_loss(out, batch)
+    _, info = BertForMaskedLM.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    with torch.no_grad():
+        assert abs(mlm.MLMLoss(encoder)(batch).item() - theirs.item()) < 1e-5
+        states = BertModel.from_pretrained(out).eval()(input_ids=batch["input_ids"],
+                                                        attention_mask=batch["attention_mask"]).last_hidden_state
+        real = batch["attention_mask"].bool()
+        assert (states[real] - encoder.bert(batch["input_ids"], batch["attention_mask"])[real]).abs().max() < 1e-5
+
+    # the folder's weights are never read: its config.json and tokenizer are enough
+    config_only = tmp_path / "config-only"
+    config_only.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (tiny_mlm_dir / name).exists():
+            (config_only / name).write_bytes((tiny_mlm_dir / name).read_bytes())
+    mlm.main(["--corpus", str(corpus), "--model", str(config_only), "--random-init", "--steps", "1", "--batch-size", "4",
+              "--device", "cpu", "--save-every", "0", "--out", str(tmp_path / "from-config")])
+    assert SentenceEncoder.from_pretrained(tmp_path / "from-config" / "model").bert.mlm_head is not None
+
+
+def test_random_init_without_a_config_ends_in_one_line(tmp_path):
+    corpus, folder = tmp_path / "good.txt", tmp_path / "no-config"
+    corpus.write_text("one line of text\n", encoding="utf-8")
+    folder.mkdir()
+    result = subprocess.run([sys.executable, str(ROOT / "baselines" / "mlm.py"), "--corpus", str(corpus), "--model",
+                             str(folder), "--random-init", "--out", str(tmp_path / "run")],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert len(result.stderr.strip().splitlines()) == 1 and "no config.json" in result.stderr, result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_hub_bert_mini_layout_loads_and_trains(minilm_path, tmp_path):
+    """google/bert_uncased_L-4_H-256_A-4 as the Hub serves it (config.json, vocab.txt, a BertForPreTraining
+    pytorch_model.bin with the NSP head and pooler), made here with random weights: --model takes it as it is."""
+    import transformers
+
+    folder = tmp_path / "bert_uncased_L-4_H-256_A-4"
+    cfg = transformers.BertConfig(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024)
+    torch.manual_seed(0)
+    hf = transformers.BertForPreTraining(cfg).eval()
+    cfg.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    for key in ("model_type", "architectures", "transformers_version"):  # the Hub's config.json (2020) has none
+        config.pop(key, None)
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    torch.save(hf.state_dict(), folder / "pytorch_model.bin")
+    (folder / "vocab.txt").write_bytes((Path(minilm_path) / "vocab.txt").read_bytes())
+    encoder = SentenceEncoder.from_pretrained(folder).eval()
+    assert encoder.bert.cfg.num_hidden_layers == 4 and encoder.bert.cfg.hidden_size == 256
+    assert mlm.MLMLoss(encoder).head_from_checkpoint  # its cls.predictions, continued by an MLM run
+    ids, mask = data.pad(data.tokenize(encoder.tokenizer, TOPICS[:4], 64), 0)
+    with torch.no_grad():
+        assert (hf.bert(input_ids=ids, attention_mask=mask).last_hidden_state[mask.bool()]
+                - encoder.bert(ids, mask)[mask.bool()]).abs().max() < 1e-5
+
+
+def test_wiki_sentences_cleans_as_the_stand_ins_readme_says(tmp_path):
+    from examples import wiki_sentences
+
+    (tmp_path / "wiki_00").write_text(
+        '<doc id="1" url="u" title="Stub">\nStub\n\n</doc>\n'
+        '<doc id="2" url="u" title="Ada Park">\nAda Park\n\n'
+        'Ada Park is a public park in the town of Dale. It was opened by Dr. Jones in 1921 &amp; renamed later.\n'
+        'It has <b>three</b> ponds and a small cafe nearby. Too short here. 12 34 56 78 90 12 34 56 78 aa bb.\n'
+        'ADA PARK IS A PUBLIC PARK IN THE TOWN OF DALE.\n</doc>\n', encoding="utf-8")
+    out = tmp_path / "sentences.txt"
+    assert wiki_sentences.main([str(tmp_path), "--out", str(out)]) == 0
+    assert out.read_text(encoding="utf-8").splitlines() == [
+        "Ada Park is a public park in the town of Dale.",  # the title line and the stub article give nothing
+        "It was opened by Dr. Jones in 1921 & renamed later.",  # no cut after "Dr.", the entity unescaped
+        "It has three ponds and a small cafe nearby.",  # the tags removed; 3 words, and 40% letters, dropped
+    ]  # and the repeat, in capitals, dropped
+    with pytest.raises(SystemExit, match="no wiki_"):
+        wiki_sentences.main([str(tmp_path / "missing"), "--out", str(out)])
