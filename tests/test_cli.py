@@ -504,3 +504,59 @@ def test_mask_rate_reaches_the_masking(tiny_model_dir, small_corpus, tmp_path, m
     mlm.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--steps", "1", "--mask-rate", "0.4",
               "--out", str(tmp_path / "run")])
     assert rates == [0.4]
+
+
+# ----------------------------------------------------------------------------
+# The reading path (README, "Start here"): each command reaches its loss in two hops, and the fast pieces are
+# chosen when the objective is built
+
+
+def called_names(node: ast.AST) -> set[str]:
+    """The dotted names a function calls: 'train.train', 'self.contrastive', 'nt_xent'."""
+    names = set()
+    for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+        parts, f = [], call.func
+        while isinstance(f, ast.Attribute):
+            parts.append(f.attr)
+            f = f.value
+        if isinstance(f, ast.Name):
+            names.add(".".join([f.id, *reversed(parts)]))
+    return names
+
+
+def definition(path: Path, name: str) -> ast.AST:
+    """The function (or Class.method) `name` of the file at `path`."""
+    scope = ast.parse(path.read_text()).body
+    for part in name.split("."):
+        node = next(n for n in scope if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == part)
+        scope = node.body
+    return node
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("script", ["tsdae_train.py", "consert_train.py", "finetune_train.py", "baselines/mlm.py"])
+def test_each_experiments_main_calls_the_loop_itself(script):
+    assert "train.train" in called_names(definition(ROOT / script, "main")), f"{script}: main must call train.train"
+
+
+@pytest.mark.quick
+def test_the_loop_calls_the_objective_and_consert_reaches_nt_xent_in_two_calls():
+    loop = called_names(definition(ROOT / "train.py", "train"))
+    assert "wrapped" in loop  # the objective (in DDP under torchrun): objective.forward is one hop from the loop
+    assert "self.contrastive" in called_names(definition(ROOT / "consert.py", "ConSERTLoss.forward"))
+    assert "nt_xent" in called_names(definition(ROOT / "consert.py", "ConSERTLoss.contrastive"))
+
+
+@pytest.mark.quick
+def test_the_house_stays_small_and_nothing_is_patched_at_run_time():
+    train_py, evaluate_py = (ROOT / "train.py").read_text(), (ROOT / "evaluate.py").read_text()
+    assert len(train_py.splitlines()) < 300 and "argparse" not in train_py
+    assert len(evaluate_py.splitlines()) < 500
+    assert len(list(ROOT.glob("*.py"))) <= 10
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    for path in (ROOT / p for p in tracked if not p.startswith("tests/")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for target in targets:
+                assert not (isinstance(target, ast.Attribute) and target.attr in ("__class__", "_modules")), \
+                    f"{path.relative_to(ROOT)}:{node.lineno} assigns {target.attr}: choose the class when building"
