@@ -14,6 +14,8 @@ No objective and no training here. Two pieces exist for the methods: the `memory
 cross-attention) and last2-mean pooling (ConSERT's official evaluation). The files on disk (safetensors, Hugging
 Face names, Hub ids) are lib/weights.py's job; speed-ups are speedups/fast.py's (PackedBert: a Bert subclass,
 chosen when the encoder is loaded: `SentenceEncoder.from_pretrained(path, bert_class=PackedBert)`).
+Nothing to run here: `SentenceEncoder.from_pretrained("runs/tsdae/model").encode([...])` after training, or the
+commands (`python tsdae.py --corpus FILE`), which load it.
 """
 from __future__ import annotations
 
