@@ -112,7 +112,7 @@ def report(title: str, seconds: dict[str, list[float]], reference: str, warmup: 
         print(f"| {name} | {sum(times) / len(times):.3f} | x{sum(ref) / sum(times):.3f} | x{per_step:.3f} |")
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", default=None, help="folder with stsbenchmark/ (default: $EVAL_DATA_DIR, else ../shared/data)")
     p.add_argument("--model", default=None, help="BERT folder (default: the shipped all-MiniLM-L6-v2)")
@@ -120,7 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     p.add_argument("--only", nargs="*", default=["tsdae", "encode", "consert"], choices=["tsdae", "encode", "consert"])
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     from lib.taskfiles import default_data_dir
 

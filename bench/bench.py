@@ -543,7 +543,7 @@ def print_profiles(runs: dict, flops: dict, peak_gflops: float | None) -> None:
               f"\n{r['profile']}")
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data-dir", default=None,
                    help="folder with stsbenchmark/sts-train.csv (default: $EVAL_DATA_DIR, else data/ in the repository)")
@@ -563,7 +563,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also profile the training steps: top operators and the matmul kernels' share (slower)")
     p.add_argument("--json", default=None, metavar="OUT", help="also write every figure to this JSON file")
     p.add_argument("--_job", default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    args = make_parser().parse_args(argv)
     if args.quick:
         args.rounds, args.train_steps, args.warmup_steps, args.encode_sentences = 1, 3, 1, 128
     return args

@@ -68,12 +68,16 @@ def measure(corpus: Path, out: Path, tsdae_args: list[str]) -> tuple[float, floa
     return first_step, total, usage.ru_maxrss / 1024  # Linux: ru_maxrss in KiB
 
 
-def main() -> int:
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog="Other flags go to tsdae.py.",
                                 allow_abbrev=False)
     p.add_argument("--corpus", type=Path, help="a corpus to measure (default: one generated with --lines)")
     p.add_argument("--lines", type=int, default=1000000, help="lines of the generated corpus")
-    args, tsdae_args = p.parse_known_args()
+    return p
+
+
+def main() -> int:
+    args, tsdae_args = make_parser().parse_known_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         corpus = args.corpus

@@ -36,13 +36,17 @@ def run(args: list[str]) -> tuple[float, float]:
     return seconds, usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
 
 
-def main() -> int:
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256, 1024])
     p.add_argument("--micro-batch", type=int, default=64, help="the chunk of the cached-gradient rows")
     p.add_argument("--steps", type=int, default=3, help="steps of the timed run (at least 2)")
     p.add_argument("--corpus", help="one sentence per line (default: --sts-corpus $EVAL_DATA_DIR)")
-    args = p.parse_args()
+    return p
+
+
+def main() -> int:
+    args = make_parser().parse_args()
     source = ["--corpus", args.corpus] if args.corpus else ["--sts-corpus", str(default_data_dir())]
     print(f"{'batch':>6} {'chunks':>7} {'peak RSS MiB':>13} {'ms / sentence':>14}")
     with tempfile.TemporaryDirectory() as tmp:

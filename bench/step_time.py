@@ -29,11 +29,15 @@ from model import Bert, SentenceEncoder  # noqa: E402
 from lib.weights import default_model_path  # noqa: E402
 
 
-def main() -> int:
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--batches", type=int, default=50)
     p.add_argument("--plain", action="store_true", help="the plain objective (python tsdae.py --plain)")
-    args = p.parse_args()
+    return p
+
+
+def main() -> int:
+    args = make_parser().parse_args()
     torch.set_num_threads(2)
     torch.manual_seed(SEED)
     sentences = read_sts_train(default_data_dir())[: args.batches * TRAIN_BATCH]

@@ -382,7 +382,7 @@ def make_autograder(out: Path, numbers: list[int]) -> None:
                     archive.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n", 1)[1])
     sub = p.add_subparsers(dest="command", required=True)
@@ -400,6 +400,11 @@ def main(argv: list[str] | None = None) -> int:
     copy.add_argument("--repo", type=Path, default=ROOT, help="run the tests in this copy (default: this one)")
     copy.add_argument("--student", type=Path, help="grade this copy's exercise files with every test, held back too")
     run.add_argument("--json", type=Path, metavar="FILE", help="also write Gradescope's results.json to FILE")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = make_parser()
     args, pytest_args = p.parse_known_args(argv)
     if pytest_args and args.command != "grade":
         p.error(f"unrecognized arguments: {' '.join(pytest_args)}")

@@ -12,7 +12,9 @@ What a document may write, and how it is read:
                   in ```bash blocks (a line continued with \\ is one command) and in `inline code`; an environment
                   prefix (OMP_NUM_THREADS=1), a pipe, a redirection and a # comment are dropped. FILE is imported
                   and its make_parser() (or the module it hands over to with runpy.run_module: tsdae.py ->
-                  tsdae_train) parses ARGS, through the module's parse_args when it has one (its range checks too).
+                  tsdae_train) parses ARGS, through the module's parse_args when it has one (its range checks too);
+                  a subcommand's flags are its parser's (assignments.py grade --student), and the flags a script
+                  hands on to another are the other's parser's (HANDS_ON: bench/corpus.py -> tsdae.py).
                   `python -c CODE` runs CODE's imports only.
   names           `inline code` naming this repository's module.attribute (lib.selection.HeldOut, lib.corpus.hold_out)
                   must resolve, and a path into one of its folders (lib/download.py, tests/test_useb.py) must exist.
@@ -22,6 +24,7 @@ What a document may write, and how it is read:
                   this repository's (python -m pytest) are skipped, as is a script without make_parser(), each
                   with its reason.
 """
+import argparse
 import ast
 import importlib
 import importlib.util
@@ -271,6 +274,16 @@ def script_module(script: str, monkeypatch):
     return module
 
 
+# The scripts that hand the flags their parser does not know on to another script, which parses them.
+HANDS_ON = {"bench/corpus.py": "tsdae.py"}
+
+
+def option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    """Its flags and its subcommands' (grade --student: a subcommand parses its own flags)."""
+    subcommands = [a.choices.values() for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return set(parser._option_string_actions).union(*(option_strings(p) for ps in subcommands for p in ps))
+
+
 @pytest.mark.parametrize("c", COMMANDS, ids=command_ids())
 def test_command_parses(c, capsys, monkeypatch):
     if c.skip:
@@ -287,13 +300,16 @@ def test_command_parses(c, capsys, monkeypatch):
     if module is None:
         pytest.skip(f"{c.script} has no make_parser()")
     parser = module.make_parser()
+    known = option_strings(parser)
+    if c.script in HANDS_ON:  # its parser leaves them to the other's (allow_abbrev=False: no abbreviation is its)
+        known |= option_strings(script_module(HANDS_ON[c.script], monkeypatch).make_parser())
     flags = [w.split("=")[0] for w in c.args if w.startswith("-") and not re.fullmatch(r"-\d.*", w)]
-    unknown = [flag for flag in flags if flag not in parser._option_string_actions]  # nor an abbreviation
+    unknown = [flag for flag in flags if flag not in known]  # nor an abbreviation
     if unknown:
         pytest.fail(f"{c.where}: {c.text}\n  {c.script} has no {', '.join(unknown)}", pytrace=False)
     if c.elided:
         return
-    parse = getattr(module, "parse_args", parser.parse_args)
+    parse = getattr(module, "parse_args", parser.parse_known_args if c.script in HANDS_ON else parser.parse_args)
     try:
         parse(list(c.args))
         error = None
