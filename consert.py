@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from data import pad, tokenize
+from lib.distributed import own_rows
 from model import MultiHeadAttention, SentenceEncoder, pool
 
 # ----------------------------------------------------------------------------
@@ -190,11 +191,6 @@ def switch_off_dropout(encoder: SentenceEncoder) -> None:
             module.p = 0.0
         if isinstance(module, MultiHeadAttention):
             module.dropout_p = 0.0
-
-
-def own_rows(x: torch.Tensor) -> torch.Tensor:
-    """The rows of this batch, as they are: what one process contrasts."""
-    return x
 
 
 class ConSERTLoss(nn.Module):

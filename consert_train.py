@@ -21,7 +21,7 @@ import torch
 import data
 import train
 from consert import (NLI_FEATURES, AdversarialConSERTLoss, ConSERTLoss, NLIDataset, SentenceDataset,
-                     SupervisedConSERTLoss, View, check_views, collate_nli, collate_sentences, own_rows,
+                     SupervisedConSERTLoss, View, check_views, collate_nli, collate_sentences,
                      switch_off_dropout)
 from labs.masked_cutoff import MaskedCutoffConSERTLoss
 from labs.shared_dropout import SharedDropoutConSERTLoss
@@ -199,7 +199,7 @@ def build_objective(stage: Stage, encoder: SentenceEncoder, args: argparse.Names
     with an adversarial view) or SupervisedConSERTLoss (sup, joint); with --micro-batch the cached gradient's
     (speedups/gradcache.py). Under torchrun its negatives (and NLI pairs) are every process's (--local-negatives:
     each process's own). The encoder's PackedBert or Bert is build_encoder's choice."""
-    gather = distributed.gather_with_local_grad if world > 1 and not args.local_negatives else own_rows
+    gather = distributed.gather_with_local_grad if world > 1 and not args.local_negatives else distributed.own_rows
     common = dict(temperature=args.temperature, cl_weight=args.cl_weight, gather=gather)
     chunks = {"micro_batch": args.micro_batch} if args.micro_batch else {}
     adversarial = "adversarial" in [view.name for view in stage.views]

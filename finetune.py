@@ -27,8 +27,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from consert import own_rows
 from data import pad, tokenize
+from lib.distributed import own_rows
 from model import SentenceEncoder
 
 # ----------------------------------------------------------------------------

@@ -50,6 +50,11 @@ def global_mean(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     return (total + (others[0] - total.detach())) / others[1]
 
 
+def own_rows(x: torch.Tensor) -> torch.Tensor:
+    """The rows of this batch, as they are: what one process contrasts (the losses' default `gather`)."""
+    return x
+
+
 def gather_with_local_grad(x: torch.Tensor) -> torch.Tensor:
     """Every process's rows of `x` (N_r, ...), concatenated in rank order. Only this process's rows carry
     gradient (see global_mean). Shares may differ by one row."""

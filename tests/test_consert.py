@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
@@ -765,7 +766,9 @@ def test_the_nli_stage_flags_reach_its_views_lr_and_epochs(tmp_path):
     assert (nli.lr, nli.epochs) == (3e-5, 2)
     assert unsup == official[1]  # the contrastive stage keeps its own settings
     pairs = [("a man plays", "a person plays", 0)]
-    assert consert_train.stage_settings(nli, tmp_path, False, args, flags, pairs, None, steps=4).lr == 3e-5
+    four_batches = SimpleNamespace(batch_sampler=range(4))  # what stage_settings reads of the loader: its length
+    settings = consert_train.stage_settings(nli, tmp_path, False, four_batches, args, flags, pairs, None)
+    assert (settings.lr, settings.steps) == (3e-5, 2 * 4)  # --nli-lr, and --nli-epochs passes over 4 batches
 
 
 def test_adv_norm_is_the_length_of_the_adversarial_perturbation(tiny_model_dir, small_corpus, monkeypatch):
