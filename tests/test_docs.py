@@ -354,8 +354,8 @@ def names_in(doc: str) -> list[tuple[int, str]]:
 
 
 def missing(name: str) -> bool:
-    if "/" in name:
-        return not (ROOT / name).exists()
+    if "/" in name:  # a path of the repository; runs/ and data/ hold what the commands write, not what git keeps
+        return name.split("/")[0] not in ("runs", "data") and not (ROOT / name).exists()
     parts = name.split(".")
     for i in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
         try:
