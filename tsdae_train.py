@@ -60,7 +60,8 @@ def build_objective(args: argparse.Namespace) -> tsdae.TSDAELoss:
     numbers) unless --plain or a lab that reads token states."""
     quick, tie = not args.plain and args.decoder_memory == "vector", not args.untie
     bert_class = (fast.SparseLookupPackedBert if tie else fast.PackedBert) if quick else Bert
-    encoder = experiment.load_encoder(args.model, pooling=args.pooling, max_length=args.max_length,
+    # with its masked-LM head, if the checkpoint has one: the decoder's head starts from it (TSDAEDecoder)
+    encoder = experiment.load_encoder(args.model, pooling=args.pooling, max_length=args.max_length, mlm_head=True,
                                       bert_class=bert_class)
     settings = dict(tie=tie, normalisation=args.loss_normalisation, global_mean=distributed.global_mean)
     if args.decoder_memory == "tokens":  # LABS.md, lab 5

@@ -201,6 +201,10 @@ def test_masked_lm_head_loads_and_the_tsdae_decoder_starts_from_it(kind, checkpo
     real = mask.bool()
     assert (ours[real] - theirs[real]).abs().max() < 1e-4
     assert tsdae.TSDAELoss(encoder).decoder.lm_head is bert.mlm_head
+    for path in ([], ["--plain"]):  # and so does the objective `python tsdae.py --model FOLDER` trains, on each path
+        args = tsdae_train.make_parser().parse_args(["--corpus", "corpus.txt", "--model", str(folder), *path])
+        head = tsdae_train.build_objective(args).decoder.lm_head
+        assert torch.equal(head.dense.weight, bert.mlm_head.dense.weight) and torch.equal(head.bias, bert.mlm_head.bias)
 
 
 @pytest.mark.parametrize("kind", KINDS)
