@@ -38,7 +38,7 @@ COST = {"tsdae": 51, "consert": 47, "evaluate": 13}  # seconds of one command on
 
 def tsdae_arm(noise: str = "delete", ratio: str = "0.6", pooling: str = "cls", untie: bool = False) -> list[str]:
     """The flags of a TSDAE arm: the paper's choices (app. A) unless told, 300 steps of 8 at lr 1e-4 (2,400
-    sentences, EXPERIMENTS.md section 3's miniature). The same settings give the same flags, so tables that share
+    sentences, the earlier single-seed miniature's). The same settings give the same flags, so tables that share
     an arm share its run."""
     return ["--noise", noise, "--noise-ratio", ratio, "--pooling", pooling, *(["--untie"] if untie else []),
             "--steps", "300", "--batch-size", "8", "--lr", "1e-4"]

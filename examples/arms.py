@@ -5,11 +5,15 @@ half-way resumes from its checkpoint; --dry-run prints the commands, --summary o
   training        a training command that resumes a stopped run, else starts afresh
   run_plan        the cost estimate, then every command (or, with --dry-run, every command printed)
   mean_sd, verdict   a seed band, and what the per-seed differences say (the rule: MIN_EFFECT, ALPHA)
+  gather          the scores a run folder holds, for its scores file in git
+  publish         a table into its file and into every document that quotes it
 """
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -40,8 +44,49 @@ def run_plan(plan: list[tuple[str, list[str]]], cost: dict[str, float], dry_run:
             raise SystemExit(f"error: this arm failed: {shown} (rerun the script to resume)")
 
 
-def mean_sd(values: list[float]) -> str:
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
+def gather(folder: Path) -> dict:
+    """What a run folder holds, for its scores file: each JSON a command wrote there (eval.json, neighbours.json, ...;
+    without the machine's paths) and, from log.jsonl, the training loss (first, last, the mean of the last 10% of the
+    steps), the last held-out evaluation, the smallest gradient norm and the step of best/."""
+    scores = {}
+    for path in sorted(folder.glob("*.json")):
+        result = json.loads(path.read_text())
+        scores[path.stem] = {key: value for key, value in result.items() if key not in ("model", "data_dir")}
+    if (folder / "log.jsonl").exists():
+        log = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
+        losses, evals = [r["loss"] for r in log if "loss" in r], [r for r in log if "eval" in r]
+        scores["loss"] = {"first": losses[0], "last": losses[-1], "final": statistics.mean(losses[-max(1, len(losses) // 10):]),
+                          "steps": [r["step"] for r in log if "loss" in r][-1]}
+        if norms := [r["grad_norm"] for r in log if "grad_norm" in r]:
+            scores["smallest_grad_norm"] = min(norms)
+        if evals:  # the last held-out evaluation, and the step of best/ (the best one)
+            scores["eval_last"] = evals[-1]["eval"]
+            scores["best_step"] = max(evals, key=lambda r: r["eval"])["step"]
+    return scores
+
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = ("README.md", "examples/EXPERIMENTS.md", "LABS.md", "docs/ablations.md")  # where tables are quoted
+
+
+def publish(path: Path, text: str) -> None:
+    """Write a table to its file (docs/results/mini.md, ...), and the same table into every document that quotes it,
+    between the lines `<!-- docs/results/mini.md: the command that writes it -->` and `<!-- end -->`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n", encoding="utf-8")
+    name = path.resolve().relative_to(ROOT).as_posix() if path.resolve().is_relative_to(ROOT) else None
+    block = re.compile(rf"(<!-- {re.escape(str(name))}:[^\n]*-->\n).*?(<!-- end -->)", re.S)
+    for document in DOCUMENTS:
+        old = (ROOT / document).read_text(encoding="utf-8")
+        new = block.sub(lambda m: m.group(1) + text + "\n" + m.group(2), old)
+        if new != old:
+            (ROOT / document).write_text(new, encoding="utf-8")
+
+
+def mean_sd(values: list[float], digits: int = 2) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 # The verdict rule, the same for every table (docs/ablations.md, "How to read a verdict").

@@ -5,6 +5,7 @@ nearest neighbours share its label.
     python examples/neighbours.py --model runs/tsdae-topics/model --corpus examples/topics.txt --labels examples/topics_labels.txt
 """
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -34,6 +35,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", default=None, help="one label per corpus line (e.g. its topic): report label agreement")
     p.add_argument("--queries", nargs="*", default=None, help="sentences to look up (default: 5 from the corpus)")
     p.add_argument("-k", type=int, default=3, help="neighbours per query and for the label agreement")
+    p.add_argument("--json", default=None, help="also write the label agreement (%%) to this JSON file")
     return p
 
 
@@ -57,6 +59,9 @@ def main() -> None:
             raise CorpusError(f"{args.labels} has {len(labels)} labels for {len(sentences)} sentences")
         agreement = label_agreement(corpus_vecs @ corpus_vecs.T, labels, args.k)
         print(f"\nlabel agreement of the {args.k} nearest neighbours: {100 * agreement:.1f}%")
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps({"k": args.k, "agreement": 100 * agreement}) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

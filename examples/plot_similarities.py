@@ -16,6 +16,7 @@ matplotlib is optional (pip install matplotlib); without it this script says so 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 from pathlib import Path
@@ -88,6 +89,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("similarities.png"), help="the PNG to write")
     p.add_argument("--pairs", type=int, default=2000, help="random sentence pairs to draw")
     p.add_argument("--seed", type=int, default=0, help="seed of the random pairs")
+    p.add_argument("--json", type=Path, default=None, help="also write the printed numbers to this JSON file")
     return p
 
 
@@ -131,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
     print(summary(results))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        numbers = {label: {"random": r["random"].mean().item(), "paraphrase": r["paraphrase"].mean().item(),
+                           "alignment": r["alignment"], "uniformity": r["uniformity"]} for label, r in results}
+        args.json.write_text(json.dumps(numbers, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out} ({len(results)} model{'s' if len(results) > 1 else ''}, {args.pairs} random pairs)")
     return 0
 

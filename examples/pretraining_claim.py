@@ -8,9 +8,11 @@ The unlabelled sentences are the STS12-16, STS-b and SICK sentences (lib.datafil
 dev or test sentence: the scored sentences stay unseen by every step. The paper fine-tunes on its domain tasks
 (AskUbuntu, CQADupStack, TwitterPara, SciDocs); this is the same regime on the data here, not its numbers.
 Fine-tuning and evaluation pool by the mean in every arm (TSDAE pre-trains with mean pooling too; app. A, tab. 7
-finds mean and CLS equal), so the arms differ only in what pre-training did to the weights. Each pre-training
-has its own learning rate: MLM the paper's for its MLM baseline (5e-5, §5.2), TSDAE the miniature's 1e-4
-(examples/EXPERIMENTS.md section 1: at the paper's 3e-5, 1000 steps score below 516 steps at 1e-4).
+finds mean and CLS equal), so the arms differ only in what pre-training did to the weights.
+
+Each pre-training gets its learning rate by one rule, the same for both: a sweep over LEARNING_RATES (MLM's 5e-5 is
+the paper's for its MLM baseline, §5.2), each tried at seed 0 and k = 1000, and the one with the best STS-b dev
+Spearman after fine-tuning is the pre-training's rate for every seed. The sweep runs first; test never chooses.
 
     python examples/pretraining_claim.py --dry-run          # every command, and the cost estimate
     python examples/pretraining_claim.py                    # run what is not done yet (resumable), then the table
@@ -18,8 +20,9 @@ has its own learning rate: MLM the paper's for its MLM baseline (5e-5, §5.2), T
 
 Each arm is a run folder under --out (the weights; not kept in git) and a scores file under --results
 (RESULTS/scores/ARM-sSEED.json, kept in git: a fresh clone rebuilds the table from them); an arm whose scores file
-exists is never run again, and an arm stopped half-way resumes from its checkpoint. The table goes to stdout and
-RESULTS/table.md; the verdicts follow examples/arms.py's rule (docs/ablations.md, "How to read a verdict").
+exists is never run again, and an arm stopped half-way resumes from its checkpoint. The tables (the sweep, then the
+claim) go to stdout and RESULTS/table.md; the verdicts follow examples/arms.py's rule (docs/ablations.md, "How to
+read a verdict").
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from arms import mean_sd, run_plan, training, verdict  # noqa: E402
+from arms import mean_sd, publish, run_plan, training, verdict  # noqa: E402
 from lib import cli, run  # noqa: E402
 from lib.corpus import normalise_whitespace  # noqa: E402
 from lib.datafiles import load_stsb, sts_corpus  # noqa: E402
@@ -41,6 +44,8 @@ PRETRAININGS = ("none", "mlm", "tsdae")
 SIZES = {"100": 100, "1000": 1000, "all": None}  # k labelled STS-b train pairs (all: 5,749)
 EPOCHS = {"100": 20, "1000": 3, "all": 1}  # 140, 189 and 360 steps of 16
 # Seconds per arm on 2 CPU cores (measured on this project's machine; the estimate before a run).
+LEARNING_RATES = (5e-5, 1e-4)  # the sweep of each pre-training's learning rate
+SWEEP_SEED, SWEEP_K = 0, "1000"  # where the sweep fine-tunes and reads STS-b dev
 COST = {"pretrain": 250, "finetune-100": 32, "finetune-1000": 45, "finetune-all": 85, "evaluate": 11}
 
 
@@ -54,10 +59,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="docs/pretraining_claim", help="the arms' scores, and the table drawn from them")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="seeds of every arm")
     p.add_argument("--steps", type=int, default=2000, help="pre-training steps of 8 sentences (MLM and TSDAE alike)")
-    p.add_argument("--mlm-lr", type=float, default=5e-5,
-                   help="MLM's pre-training learning rate: the paper's MLM baseline (arXiv:2104.06979 §5.2)")
-    p.add_argument("--tsdae-lr", type=float, default=1e-4,
-                   help="TSDAE's pre-training learning rate: the miniature's (the paper's 3e-5 is for 100K steps)")
+    p.add_argument("--mlm-lr", type=float, help="MLM's pre-training learning rate (default: the sweep's choice)")
+    p.add_argument("--tsdae-lr", type=float, help="TSDAE's pre-training learning rate (default: the sweep's choice)")
     p.add_argument("--lr", type=float, default=5e-5,
                    help="fine-tuning learning rate: the top of BERT's grid (arXiv:1810.04805 §A.3) for a 4-layer model; "
                         "2e-5 gave 49.52 against 55.48 on STS-b test without pre-training, k = all, seed 0")
@@ -89,30 +92,29 @@ def prepare_data(data: Path, out: Path) -> tuple[Path, Path]:
     return corpus, labelled
 
 
-def pretrained(method: str, args: argparse.Namespace) -> str:
+def pretrained(method: str, lr: float | None, args: argparse.Namespace) -> str:
     """The name of a pre-training and its settings ("none", "mlm-lr5e-05-steps2000", ...): a run with other
     settings is another arm, with other files."""
-    lr = {"mlm": args.mlm_lr, "tsdae": args.tsdae_lr}.get(method)
-    return method if lr is None else f"{method}-lr{lr:g}-steps{args.steps}"
+    return method if method == "none" else f"{method}-lr{lr:g}-steps{args.steps}"
 
 
-def pretraining(method: str, seed: int, corpus: Path, args: argparse.Namespace) -> tuple[Path, list[tuple[str, list[str]]]]:
+def pretraining(method: str, lr: float | None, seed: int, corpus: Path,
+                args: argparse.Namespace) -> tuple[Path, list[tuple[str, list[str]]]]:
     """(the model the fine-tuning starts from, the (kind, command) that makes it)."""
     if method == "none":
         return Path(args.model), []
-    folder = Path(args.out) / f"{pretrained(method, args)}-s{seed}"
+    folder = Path(args.out) / f"{pretrained(method, lr, args)}-s{seed}"
     script = "tsdae.py" if method == "tsdae" else "baselines/mlm.py"
-    lr = args.tsdae_lr if method == "tsdae" else args.mlm_lr
     pooling = ["--pooling", "mean"] if method == "tsdae" else []
     flags = ["--corpus", str(corpus), "--model", args.model, "--steps", str(args.steps), "--batch-size", "8",
              "--lr", str(lr), "--seed", str(seed), *pooling]
     return folder / "model", [] if run.finished(folder) else [("pretrain", training(script, folder, flags))]
 
 
-def fine_tuning(method: str, k: str, seed: int, start: Path, labelled: Path,
+def fine_tuning(method: str, lr: float | None, k: str, seed: int, start: Path, labelled: Path,
                 args: argparse.Namespace) -> tuple[Path, list[tuple[str, list[str]]]]:
-    """(the scores file of the arm, the (kind, command)s that make it: fine-tune, then STS-b test)."""
-    arm = f"{pretrained(method, args)}-k{k}-lr{args.lr:g}"
+    """(the scores file of the arm, the (kind, command)s that make it: fine-tune, then STS-b dev and test)."""
+    arm = f"{pretrained(method, lr, args)}-k{k}-lr{args.lr:g}"
     folder = Path(args.out) / f"ft-{arm}-s{seed}"
     scores = Path(args.results) / "scores" / f"{arm}-s{seed}.json"
     if scores.exists():
@@ -125,23 +127,60 @@ def fine_tuning(method: str, k: str, seed: int, start: Path, labelled: Path,
     return scores, [(f"finetune-{k}", training("finetune.py", folder, flags)), ("evaluate", evaluation)]
 
 
+def sweep(corpus: Path, labelled: Path, args: argparse.Namespace) -> tuple[dict, list[tuple[str, list[str]]]]:
+    """The learning-rate sweep: ({(method, lr): its scores file}, the commands still to run)."""
+    files, plan = {}, []
+    for method in PRETRAININGS[1:]:
+        for lr in LEARNING_RATES:
+            start, commands = pretraining(method, lr, SWEEP_SEED, corpus, args)
+            files[(method, lr)], more = fine_tuning(method, lr, SWEEP_K, SWEEP_SEED, start, labelled, args)
+            plan += commands + more if more else []
+    return files, plan
+
+
+def dev_score(scores: Path) -> float:
+    return json.loads(scores.read_text())["details"]["stsb"]["dev"]
+
+
+def chosen_rates(files: dict[tuple[str, float], Path], args: argparse.Namespace) -> dict[str, float | None] | None:
+    """Each pre-training's learning rate: the one given, else the sweep's best STS-b dev; None while the sweep is
+    not done."""
+    given = {"none": None, "mlm": args.mlm_lr, "tsdae": args.tsdae_lr}
+    if any(given[method] is None and not scores.exists() for (method, _), scores in files.items()):
+        return None
+    return {method: lr if lr is not None or method == "none" else
+            max(LEARNING_RATES, key=lambda rate: dev_score(files[(method, rate)])) for method, lr in given.items()}
+
+
+def sweep_table(files: dict[tuple[str, float], Path], rates: dict[str, float | None]) -> str:
+    lines = [f"| pre-training | lr | STS-b dev after fine-tuning (k = {SWEEP_K}, seed {SWEEP_SEED}) | chosen |",
+             "| --- | --- | --- | --- |"]
+    for (method, lr), scores in files.items():
+        lines.append(f"| {'MLM' if method == 'mlm' else 'TSDAE'} | {lr:g} | {dev_score(scores):.2f} | "
+                     f"{'yes' if rates[method] == lr else ''} |")
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------
 # The table
 
 
-def table(results: dict[tuple[str, str], list[float]], seeds: list[int]) -> str:
-    """Markdown: per k the three arms' STS-b test (mean ± sd over the seeds), then the per-seed differences
-    TSDAE - MLM and TSDAE - none with their verdicts."""
-    lines = ["| labelled pairs k | none | MLM | TSDAE | TSDAE - MLM per seed | verdict | TSDAE - none per seed | verdict |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+def table(results: dict[tuple[str, str], list[dict]], seeds: list[int]) -> str:
+    """Markdown: per k the three arms' STS-b test (mean ± sd over the seeds), then the per-seed test differences
+    TSDAE - MLM and TSDAE - none with their verdicts on test and on dev."""
+    lines = ["| labelled pairs k | none | MLM | TSDAE | TSDAE - MLM per seed | verdict (test; dev) "
+             "| TSDAE - none per seed | verdict (test; dev) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for k in SIZES:
         if not all(len(results.get((method, k), [])) == len(seeds) for method in PRETRAININGS):
             lines.append(f"| {k} | (not all arms done) | | | | | | |")
             continue
-        row = [k] + [mean_sd(results[(method, k)]) for method in PRETRAININGS]
+        test = {method: [s["stsb"] for s in results[(method, k)]] for method in PRETRAININGS}
+        dev = {method: [s["details"]["stsb"]["dev"] for s in results[(method, k)]] for method in PRETRAININGS}
+        row = [k] + [mean_sd(test[method]) for method in PRETRAININGS]
         for other in ("mlm", "none"):
-            differences = [t - o for t, o in zip(results[("tsdae", k)], results[(other, k)])]
-            row += [", ".join(f"{d:+.2f}" for d in differences), verdict(differences)]
+            differences = [t - o for t, o in zip(test["tsdae"], test[other])]
+            on_dev = verdict([t - o for t, o in zip(dev["tsdae"], dev[other])])
+            row += [", ".join(f"{d:+.2f}" for d in differences), f"{verdict(differences)}; dev: {on_dev}"]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -162,15 +201,25 @@ def main(argv: list[str] | None = None) -> int:
     out, results_dir = Path(args.out), Path(args.results)
     corpus, labelled = (out / "corpus.txt", out / "stsb_train.tsv") if args.dry_run or args.summary else \
         prepare_data(Path(args.data), out)
+    sweep_files, plan = sweep(corpus, labelled, args)
+    if not args.summary:
+        run_plan(plan, COST, args.dry_run)
+    rates = chosen_rates(sweep_files, args)
+    if rates is None:
+        print(f"the learning-rate sweep is not done yet ({sum(not f.exists() for f in sweep_files.values())} of "
+              f"{len(sweep_files)} scores missing in {results_dir / 'scores'}): python examples/pretraining_claim.py "
+              "runs it, then the arms at the chosen rates (--dry-run: its commands and cost)")
+        return 0
     plan, results_files = [], {}
     for seed in args.seeds:
         starts = {}
         for method in PRETRAININGS:
-            starts[method], commands = pretraining(method, seed, corpus, args)
+            starts[method], commands = pretraining(method, rates[method], seed, corpus, args)
             plan += commands
         for method in PRETRAININGS:
             for k in SIZES:
-                results_files[(method, k, seed)], commands = fine_tuning(method, k, seed, starts[method], labelled, args)
+                results_files[(method, k, seed)], commands = fine_tuning(method, rates[method], k, seed, starts[method],
+                                                                         labelled, args)
                 plan += commands
     if not args.summary:
         run_plan(plan, COST, args.dry_run)
@@ -179,20 +228,15 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for (method, k, seed), scores in results_files.items():
         if scores.exists():
-            results.setdefault((method, k), []).append(json.loads(scores.read_text())["stsb"])
-    if not results:
-        print(f"no scores yet in {results_dir / 'scores'}: all {len(results_files)} are missing ({len(PRETRAININGS)} "
-              f"pre-trainings x {len(SIZES)} sizes k x {len(args.seeds)} seeds); python examples/pretraining_claim.py "
-              "makes them (--dry-run: its commands and cost)")
-        return 0
-    text = (f"STS-b test Spearman x 100, mean ± sd over seeds {', '.join(map(str, args.seeds))} "
-            f"({args.steps} pre-training steps of 8 sentences at lr {args.mlm_lr:g} (MLM) and {args.tsdae_lr:g} "
-            f"(TSDAE); fine-tuning lr {args.lr:g}):\n\n" + table(results, args.seeds))
+            results.setdefault((method, k), []).append(json.loads(scores.read_text()))
+    text = (f"The learning rates, chosen on STS-b dev:\n\n{sweep_table(sweep_files, rates)}\n\n"
+            f"STS-b test Spearman x 100, mean ± sd over seeds {', '.join(map(str, args.seeds))} ({args.steps} "
+            f"pre-training steps of 8 sentences at lr {rates['mlm']:g} (MLM) and {rates['tsdae']:g} (TSDAE); "
+            f"fine-tuning lr {args.lr:g}):\n\n" + table(results, args.seeds))
     print(text)
     if len(results) < len(PRETRAININGS) * len(SIZES) or any(len(r) < len(args.seeds) for r in results.values()):
         print(f"not done yet: {missing(results_files)}")
-    results_dir.mkdir(parents=True, exist_ok=True)
-    (results_dir / "table.md").write_text(text + "\n", encoding="utf-8")
+    publish(results_dir / "table.md", text)
     return 0
 
 

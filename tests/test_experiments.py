@@ -36,54 +36,87 @@ def test_verdicts():
     assert arms.mean_sd([1.0, 2.0, 3.0]) == "2.00 ± 1.00"
 
 
-def test_the_claim_lists_every_arm(tmp_path):
-    lines = dry_run("pretraining_claim.py", "--out", str(tmp_path / "claim"), "--results", str(tmp_path / "results"))
-    commands = lines[1:]
-    assert lines[0].startswith("100 commands to run")  # seeds 0-4
+def claim_args(tmp_path, *argv) -> list[str]:
+    return ["--out", str(tmp_path / "claim"), "--results", str(tmp_path / "results"), *argv]
+
+
+def write_sweep(tmp_path, dev: dict[tuple[str, float], float]) -> None:
+    """Scores files of the learning-rate sweep: {(method, lr): STS-b dev after fine-tuning}."""
+    files, _ = pretraining_claim.sweep(Path("corpus.txt"), Path("pairs.tsv"),
+                                       pretraining_claim.make_parser().parse_args(claim_args(tmp_path)))
+    for key, scores in files.items():
+        scores.parent.mkdir(parents=True, exist_ok=True)
+        scores.write_text(json.dumps({"stsb": 50.0, "details": {"stsb": {"dev": dev[key], "test": 50.0}}}))
+
+
+def test_the_claim_sweeps_then_lists_every_arm(tmp_path):
+    """First the learning-rate sweep (both pre-trainings at both rates, seed 0, k = 1000), and nothing else until
+    it is done; then every arm at the rate each pre-training's STS-b dev chose (the same rule for both)."""
+    lines = dry_run("pretraining_claim.py", *claim_args(tmp_path))
+    assert lines[0].startswith("12 commands to run")
+    commands = [c for c in lines[1:] if c.startswith("python ")]
+    for script in ("baselines/mlm.py", "tsdae.py"):
+        pretrainings = [c for c in commands if c.startswith(f"python {script}")]
+        assert len(pretrainings) == 2 and {c.split("--lr ")[1].split()[0] for c in pretrainings} == {"5e-05", "0.0001"}
+    assert all("--sample 1000 " in c and "--seed 0 " in c for c in commands if "finetune.py" in c)
+    assert lines[-1].startswith("the learning-rate sweep is not done yet (4 of 4 scores missing")
+
+    write_sweep(tmp_path, {("mlm", 5e-5): 60.0, ("mlm", 1e-4): 58.0, ("tsdae", 5e-5): 59.0, ("tsdae", 1e-4): 61.0})
+    lines = dry_run("pretraining_claim.py", *claim_args(tmp_path))
+    assert lines[0].startswith("0 commands to run")
+    commands = [c for c in lines[2:] if c.startswith("python ")]
+    assert lines[1].startswith("96 commands to run")  # 10 pre-trainings; 45 arms less the sweep's 2, each fine-tune + evaluate
     mlm = [c for c in commands if "baselines/mlm.py" in c]
-    assert len(mlm) == 5 and all("--lr 5e-05 " in c for c in mlm)  # the paper's MLM lr (§5.2)
-    assert sum(c.startswith("python tsdae.py") and "--lr 0.0001 " in c for c in commands) == 5
-    assert sum("finetune.py" in c for c in commands) == 45 and sum("evaluate.py" in c for c in commands) == 45
-    assert sum("--sample 100 " in c for c in commands) == 15 and sum("--sample 1000 " in c for c in commands) == 15
+    assert len(mlm) == 5 and all("--lr 5e-05 " in c for c in mlm)  # the sweep's choice for MLM
+    assert sum(c.startswith("python tsdae.py") and "--lr 0.0001 " in c for c in commands) == 5  # and for TSDAE
+    assert sum("finetune.py" in c for c in commands) == 43 and sum("evaluate.py" in c for c in commands) == 43
+    assert sum("--sample 100 " in c for c in commands) == 15 and sum("--sample 1000 " in c for c in commands) == 13
     assert all(c.split("--json ")[1].startswith(str(tmp_path / "results" / "scores")) for c in commands if "evaluate.py" in c)
 
 
 def test_the_claim_table_from_saved_scores(tmp_path):
-    """--summary: the table and the per-seed differences from the scores files alone, nothing trained."""
-    results = tmp_path / "results"
-    argv = ["--out", str(tmp_path / "claim"), "--results", str(results), "--seeds", "0", "1", "2"]
+    """--summary: the sweep's choice, then the table and the per-seed differences from the scores files alone,
+    with the verdicts on test and on dev; nothing trained."""
+    argv = claim_args(tmp_path, "--seeds", "0", "1", "2")
+    write_sweep(tmp_path, {("mlm", 5e-5): 40.0, ("mlm", 1e-4): 60.0, ("tsdae", 5e-5): 61.0, ("tsdae", 1e-4): 40.0})
+    args = pretraining_claim.make_parser().parse_args(argv)
+    rates = {"none": None, "mlm": 1e-4, "tsdae": 5e-5}
     score = {"none": 50.0, "mlm": 52.0, "tsdae": 53.0}
     for seed in (0, 1, 2):
         for method in pretraining_claim.PRETRAININGS:
-            start, _ = pretraining_claim.pretraining(method, seed, Path("corpus.txt"),
-                                                     pretraining_claim.make_parser().parse_args(argv))
+            start, _ = pretraining_claim.pretraining(method, rates[method], seed, Path("corpus.txt"), args)
             for k in pretraining_claim.SIZES:
-                scores, _ = pretraining_claim.fine_tuning(method, k, seed, start, Path("pairs.tsv"),
-                                                          pretraining_claim.make_parser().parse_args(argv))
-                scores.parent.mkdir(parents=True, exist_ok=True)
-                scores.write_text(json.dumps({"stsb": score[method] + seed * (method == "tsdae") * (k == "all")}))
+                scores = Path(args.results) / "scores" / f"{pretraining_claim.pretrained(method, rates[method], args)}" \
+                    f"-k{k}-lr5e-05-s{seed}.json"
+                test = score[method] + seed * (method == "tsdae") * (k == "all")
+                dev = test - seed * (method == "tsdae") * (k == "all")  # dev: TSDAE 1 above MLM in every seed
+                scores.write_text(json.dumps({"stsb": test, "details": {"stsb": {"dev": dev, "test": test}}}))
     pretraining_claim.main([*argv, "--summary"])
-    table = (results / "table.md").read_text()
+    table = (tmp_path / "results" / "table.md").read_text()
+    # the chosen rates' sweep arms are their seed 0, k = 1000 arms (rewritten below: dev 52 and 53)
+    assert "| MLM | 0.0001 | 52.00 | yes |" in table and "| TSDAE | 5e-05 | 53.00 | yes |" in table
+    assert "| MLM | 5e-05 | 40.00 |  |" in table
     assert "| all | 50.00 ± 0.00 | 52.00 ± 0.00 | 54.00 ± 1.00 | +1.00, +2.00, +3.00 | cannot tell: needs ~4 seeds " \
-           "(p 0.074) | +3.00, +4.00, +5.00 | holds (p 0.020) |" in table
-    assert "(TSDAE); fine-tuning lr 5e-05)" in table and "at lr 5e-05 (MLM) and 0.0001 (TSDAE)" in table
+           "(p 0.074); dev: holds (p < 0.001) | +3.00, +4.00, +5.00 | holds (p 0.020); " \
+           "dev: holds (p < 0.001) |" in table
+    assert "at lr 0.0001 (MLM) and 5e-05 (TSDAE); fine-tuning lr 5e-05)" in table
 
 
 def test_the_claim_summary_says_what_is_missing(tmp_path):
     """In a fresh clone (no scores yet) --summary ends at once, in one line saying what is missing, and writes
     nothing; with some scores, the table and a line naming the arms still to run."""
-    command = [sys.executable, "examples/pretraining_claim.py", "--summary", "--results", str(tmp_path / "results")]
+    command = [sys.executable, "examples/pretraining_claim.py", "--summary", *claim_args(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0 and result.stderr == ""
-    assert result.stdout == (f"no scores yet in {tmp_path / 'results' / 'scores'}: all 45 are missing (3 pre-trainings "
-                             "x 3 sizes k x 5 seeds); python examples/pretraining_claim.py makes them (--dry-run: its "
-                             "commands and cost)\n")
-    assert not (tmp_path / "results").exists()
-    (tmp_path / "results" / "scores").mkdir(parents=True)
-    (tmp_path / "results" / "scores" / "none-k100-lr5e-05-s0.json").write_text(json.dumps({"stsb": 40.0}))
+    assert result.stdout == (f"the learning-rate sweep is not done yet (4 of 4 scores missing in "
+                             f"{tmp_path / 'results' / 'scores'}): python examples/pretraining_claim.py runs it, then "
+                             "the arms at the chosen rates (--dry-run: its commands and cost)\n")
+    assert not (tmp_path / "results" / "table.md").exists()
+    write_sweep(tmp_path, {("mlm", 5e-5): 60.0, ("mlm", 1e-4): 58.0, ("tsdae", 5e-5): 59.0, ("tsdae", 1e-4): 61.0})
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0 and "| 100 | (not all arms done) |" in result.stdout
-    assert "not done yet: none-k100-lr5e-05 seeds 1, 2, 3, 4; none-k1000-lr5e-05 seeds 0, 1, 2, 3, 4;" in result.stdout
+    assert "not done yet: none-k100-lr5e-05 seeds 0, 1, 2, 3, 4; none-k1000-lr5e-05 seeds 0, 1, 2, 3, 4;" in result.stdout
+    assert "mlm-lr5e-05-steps2000-k1000-lr5e-05 seeds 1, 2, 3, 4;" in result.stdout  # seed 0: the sweep's
 
 
 def test_the_ablations_list_every_arm_once(tmp_path):
@@ -150,3 +183,73 @@ def test_the_figure_is_drawn_from_a_table(tmp_path):
         "mean": {"paper": 78.84, "dev": [1, 2, 3], "test": [44.0, 45.0, 43.0]}}}))
     plot_ablations.main(["--results", str(tmp_path), "--out", str(tmp_path / "figures")])
     assert (tmp_path / "figures" / "tsdae-pooling.png").stat().st_size > 5000
+
+
+def test_the_readme_runs_list_every_arm(tmp_path):
+    """results.py all --dry-run: each experiment's commands, seeds 0-2, every evaluation into its run folder."""
+    lines = dry_run("results.py", "all", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"))
+    commands = [c for c in lines if c.startswith("python ")]
+    assert [c.split()[0] for c in lines if not c.startswith("python ")] == ["17", "20", "16", "1", "13"]
+    assert sum(c.startswith("python consert.py") and "--eval-data" in c for c in commands) == 3  # mini, best dev
+    assert sum(c.startswith("python finetune.py") for c in commands) == 6  # labels: from TSDAE and from MiniLM
+    assert all(f"--json {tmp_path / 'runs'}" in c for c in commands if c.startswith("python evaluate.py"))
+    assert {c.split("--seed ")[1].split()[0] for c in commands if "--seed " in c and "similarities" not in c} == {"0", "1", "2"}
+
+
+def test_the_readme_runs_gather_and_summarise(tmp_path, capsys):
+    """A run folder's JSON files and log become the arm's scores file; --summary with scores missing names them
+    and writes nothing, and with them all writes the table."""
+    import results
+
+    folder = tmp_path / "runs" / "raw-minilm-twitter"
+    folder.mkdir(parents=True)
+    (folder / "eval.json").write_text(json.dumps({"model": "/somewhere", "twitterpara": 70.0, "details": {
+        "twitterpara": {"url_ap": 75.0, "pit_ap": 65.0}}}))
+    assert arms.gather(folder) == {"eval": {"twitterpara": 70.0, "details": {"twitterpara": {"url_ap": 75.0, "pit_ap": 65.0}}}}
+    (folder / "log.jsonl").write_text("".join(json.dumps({"step": i, "loss": 10.0 - i, "grad_norm": 1.0 + i}) + "\n"
+                                              for i in range(1, 11)) + json.dumps({"step": 10, "eval": 3.0}) + "\n")
+    assert arms.gather(folder)["loss"] == {"first": 9.0, "last": 0.0, "final": 0.0, "steps": 10}
+    assert arms.gather(folder)["smallest_grad_norm"] == 2.0 and arms.gather(folder)["best_step"] == 10
+
+    argv = ["twitter", "--summary", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
+    results.main(argv)
+    assert "twitter: no scores yet for raw-minilm-twitter, tsdae-twitter-s0," in capsys.readouterr().out
+    assert not (tmp_path / "results" / "twitter.md").exists()
+    scores = tmp_path / "results" / "scores"
+    scores.mkdir(parents=True)
+    for arm, ap in (("raw-minilm-twitter", 70.0), *((f"{m}-twitter-s{s}", ap + s) for m, ap in (("tsdae", 60.0),
+                                                                                               ("consert", 80.0)) for s in range(3))):
+        scores.joinpath(f"{arm}.json").write_text(json.dumps({"eval": {"twitterpara": ap, "details": {"twitterpara": {
+            "url_ap": ap + 1, "pit_ap": ap - 1}}}, **({"loss": {"first": 10.0, "last": 7.125}} if "s" in arm[-2:] else {})}))
+    results.main(argv)
+    table = (tmp_path / "results" / "twitter.md").read_text()
+    assert "| all-MiniLM-L6-v2 as shipped | 70.00 | 71.00 | 69.00 |  |" in table
+    assert "| + ConSERT, 50 x 96 at lr 2e-5, temperature 0.05 | 80.00 / 81.00 / 82.00 (81.00 ± 1.00) |" in table
+    assert "| 10 -> 7.12 / 10 -> 7.12 / 10 -> 7.12 |" in table
+
+
+def test_the_labs_list_every_arm_once_and_summarise(tmp_path, capsys):
+    """labs.py all --dry-run: 13 arms over seeds 0-2, shared arms run once; --summary writes a lab's table from
+    the scores files alone: each seed, mean ± sd, the per-seed difference and its verdicts on test and dev."""
+    import lab_results as labs
+
+    lines = dry_run("lab_results.py", "all", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"))
+    assert lines[0].startswith("78 commands to run")  # 13 arms x 3 seeds x (train, evaluate)
+    assert sum("--shared-dropout" in c for c in lines) == 3 and sum("/simcse-s" in c and "--out" in c for c in lines) == 3
+    argv = ["lab3", "--summary", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
+    labs.main(argv)
+    assert "lab3: no scores yet for simcse-s0" in capsys.readouterr().out
+    for arm, test, loss in (("simcse", 42.0, 0.0176), ("shared", 39.0, 0.0004)):
+        for seed in labs.SEEDS:
+            path = tmp_path / "results" / "scores" / f"{arm}-s{seed}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"eval": {"stsb": test - seed / 10, "details": {
+                "stsb": {"dev": test + 10}, "align-uniform": {"alignment": 0.39, "uniformity": -3.0}}},
+                "loss": {"final": loss}}))
+    labs.main(argv)
+    table = (tmp_path / "results" / "lab3.md").read_text()
+    assert "| STS-b test, simcse | 42.00 | 41.90 | 41.80 | 41.90 ± 0.10 | |" in table
+    assert "| STS-b test, shared - simcse | -3.00 | -3.00 | -3.00 | -3.00 ± 0.00 | reversed (p < 0.001); dev: reversed " \
+           "(p < 0.001) |" in table
+    assert "| final training loss (the mean of the last 10% of the steps), shared | 0.0004 | 0.0004 | 0.0004 | " \
+           "0.0004 ± 0.0000 | |" in table

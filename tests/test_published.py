@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 
 import ablations  # noqa: E402
+import arms  # noqa: E402
 import pretraining_claim  # noqa: E402
+import results  # noqa: E402
 
 ABLATIONS = ROOT / "docs" / "ablations"
 
@@ -82,3 +84,55 @@ def test_the_claim_table_regenerates_from_its_scores(tmp_path, capsys):
     pretraining_claim.main(["--summary", "--results", str(tmp_path), "--out", str(tmp_path / "runs")])
     capsys.readouterr()
     assert (tmp_path / "table.md").read_bytes() == (published / "table.md").read_bytes()
+
+
+def test_the_readme_tables_regenerate_from_their_scores(tmp_path, capsys):
+    """`results.py all --summary` on the committed scores writes each committed docs/results table to the byte."""
+    published = ROOT / "docs" / "results"
+    shutil.copytree(published / "scores", tmp_path / "scores")
+    results.main(["all", "--summary", "--results", str(tmp_path), "--out", str(tmp_path / "runs")])
+    capsys.readouterr()
+    for experiment in results.EXPERIMENTS:
+        assert (tmp_path / f"{experiment}.md").read_bytes() == (published / f"{experiment}.md").read_bytes(), \
+            f"docs/results/{experiment}.md is stale"
+
+
+def quoted_tables(document: str) -> list[tuple[str, str, str]]:
+    """(path, command, the text between the marker lines) of every table a document quotes."""
+    return re.findall(r"<!-- ([\w/.-]+\.md): (.*?) -->\n(.*?)<!-- end -->", document, re.S)
+
+
+def test_the_documents_quote_each_table_as_written():
+    """Every table a document quotes between `<!-- PATH: COMMAND -->` and `<!-- end -->` is the file at PATH, to
+    the byte, and its command is the one that writes that file; README and EXPERIMENTS quote their tables so."""
+    seen = set()
+    for document in arms.DOCUMENTS:
+        for path, command, text in quoted_tables((ROOT / document).read_text(encoding="utf-8")):
+            assert text == (ROOT / path).read_text(encoding="utf-8"), f"{document} quotes a stale {path}"
+            script = {"docs/results": "examples/results.py", "docs/pretraining_claim": "examples/pretraining_claim.py"}
+            assert command.startswith(f"python {script[str(Path(path).parent)]}"), f"{document}: {path} by {command}"
+            seen.add((document, path))
+    for name in results.EXPERIMENTS:
+        assert any(path == f"docs/results/{name}.md" for _, path in seen), f"no document quotes docs/results/{name}.md"
+    assert ("examples/EXPERIMENTS.md", "docs/pretraining_claim/table.md") in seen
+
+
+def prose_numbers(document: str) -> list[str]:
+    """The decimal numbers of a document's prose: outside code blocks, inline code, links and quoted tables."""
+    document = re.sub(r"<!-- [\w/.-]+\.md: .*? -->\n.*?<!-- end -->", "", document, flags=re.S)
+    document = re.sub(r"```.*?```", "", document, flags=re.S)
+    document = re.sub(r"`[^`]*`|\]\([^)]*\)", "", document)
+    return re.findall(r"(?<![\w.§:])-?\d+\.\d+(?![\w.+])", document)  # not §4.3, arXiv:2104.06979, 3.10+
+
+
+def test_the_prose_quotes_the_tables():
+    """Each decimal number in the prose of README.md and examples/EXPERIMENTS.md is a number of a table the
+    document quotes (a result), or a setting written the same way in the defaults table or a command."""
+    for document in ("README.md", "examples/EXPERIMENTS.md"):
+        text = (ROOT / document).read_text(encoding="utf-8")
+        tables = " ".join(t for _, _, t in quoted_tables(text))
+        settings = " ".join(re.findall(r"```.*?```|`[^`]*`", text, re.S)) + " ".join(
+            line for line in text.splitlines() if line.startswith("| ") and "<!--" not in line)
+        unquoted = [number for number in prose_numbers(text)
+                    if not re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", tables + " " + settings)]
+        assert not unquoted, f"{document}: {', '.join(unquoted)} in no table it quotes"
