@@ -145,11 +145,12 @@ def arms(experiment: str, args: argparse.Namespace) -> dict[str, list[tuple[str,
 
 
 def band(values: list[float], digits: int = 2) -> str:
-    """Each seed, then mean ± sd: '95.2 / 94.6 / 95.2 (95.00 ± 0.35)'."""
-    return f"{' / '.join(f'{v:.{digits}f}' for v in values)} ({mean_sd(values)})"
+    """Each seed, then mean ± sd: '95.2 / 94.6 / 95.2 (95.0 ± 0.3)'."""
+    return f"{' / '.join(f'{v:.{digits}f}' for v in values)} ({mean_sd(values, digits)})"
 
 
 def table(experiment: str, scores: dict[str, dict]) -> str:
+    """Markdown: an experiment's table from its arms' scores ({arm: its scores file})."""
     seeds = [f"s{seed}" for seed in SEEDS]
 
     def of(arm: str, *keys: str) -> list[float]:
@@ -165,16 +166,14 @@ def table(experiment: str, scores: dict[str, dict]) -> str:
         test, dev = ("eval", "details", "stsb", "test"), ("eval", "details", "stsb", "dev")
         steps = ", ".join(str(s) for s in of("consert-mini", "best_step"))
         rows = [("raw bert-mini (mean)", "raw-mini-mean", test, dev),
-                (f"ConSERT, lr 2e-5 / temperature 0.05, best dev checkpoint (steps {steps} of 300)", "consert-mini",
-                 test, dev),
+                (f"ConSERT, best dev checkpoint (steps {steps} of 300)", "consert-mini", test, dev),
                 ("same, `last2-mean` pooling (the official evaluation)", "consert-mini",
                  ("eval-last2", *test[1:]), ("eval-last2", *dev[1:])),
                 ("raw bert-mini (CLS)", "raw-mini-cls", test, dev),
                 ("TSDAE, 516 x 8 steps at lr 1e-4 (CLS)", "tsdae-mini", test, dev)]
-        lines = ["| model (pooling) | STS-b dev | STS-b test | STS-b test, seeds 0 / 1 / 2 |", "| --- | --- | --- | --- |"]
+        lines = ["| model (pooling) | STS-b dev | STS-b test |", "| --- | --- | --- |"]
         for name, arm, t, d in rows:
-            per_seed = " / ".join(f"{v:.2f}" for v in of(arm, *t)) if len(of(arm, *t)) > 1 else ""
-            lines.append(f"| {name} | {mean_sd(of(arm, *d))} | {mean_sd(of(arm, *t))} | {per_seed} |")
+            lines.append(f"| {name} | {mean_sd(of(arm, *d))} | {mean_sd(of(arm, *t))} |")
     elif experiment == "topics":
         lines = ["| model | 3 nearest neighbours on their topic, % | STS-b test | decoder / contrastive loss, first -> last |",
                  "| --- | --- | --- | --- |"]
@@ -183,7 +182,7 @@ def table(experiment: str, scores: dict[str, dict]) -> str:
         for name, arm in (("TSDAE, 10 epochs, mean pooling", "tsdae-topics"), ("ConSERT, 20 epochs", "consert-topics")):
             first, last = of(arm, "loss", "first"), of(arm, "loss", "last")
             lines.append(f"| {name} | {band(of(arm, 'neighbours', 'agreement'), 1)} | {band(of(arm, 'eval', 'stsb'))} | "
-                         + " / ".join(f"{a:.3g} -> {b:.3g}" for a, b in zip(first, last)) + " |")
+                         + " / ".join(f"{a:.2g} -> {b:.2g}" for a, b in zip(first, last)) + " |")
     elif experiment == "labels":
         lines = ["| model | Spearman | AP |", "| --- | --- | --- |"]
         for name, arm in (("all-MiniLM-L6-v2 as shipped", "labels-minilm"), ("after TSDAE", "labels-tsdae"),
@@ -201,8 +200,8 @@ def table(experiment: str, scores: dict[str, dict]) -> str:
                           ("+ ConSERT, 50 x 96 at lr 2e-5, temperature 0.05", "consert-twitter")):
             cells = [of(arm, "eval", "twitterpara"), of(arm, "eval", "details", "twitterpara", "url_ap"),
                      of(arm, "eval", "details", "twitterpara", "pit_ap")]
-            loss = " / ".join(f"{a:.3g} -> {b:.3g}" for a, b in zip(of(arm, "loss", "first"), of(arm, "loss", "last"))) \
-                if "loss" in scores.get(f"{arm}-s0", {}) else ""
+            loss = "" if arm == "raw-minilm-twitter" else \
+                " / ".join(f"{a:.2g} -> {b:.2g}" for a, b in zip(of(arm, "loss", "first"), of(arm, "loss", "last")))
             lines.append("| " + " | ".join([name, *(band(v) if len(v) > 1 else f"{v[0]:.2f}" for v in cells), loss]) + " |")
     else:
         lines = ["| model | random pairs, mean cosine | paraphrases, mean cosine | alignment | uniformity |",

@@ -225,7 +225,7 @@ def test_the_readme_runs_gather_and_summarise(tmp_path, capsys):
     table = (tmp_path / "results" / "twitter.md").read_text()
     assert "| all-MiniLM-L6-v2 as shipped | 70.00 | 71.00 | 69.00 |  |" in table
     assert "| + ConSERT, 50 x 96 at lr 2e-5, temperature 0.05 | 80.00 / 81.00 / 82.00 (81.00 ± 1.00) |" in table
-    assert "| 10 -> 7.12 / 10 -> 7.12 / 10 -> 7.12 |" in table
+    assert "| 10 -> 7.1 / 10 -> 7.1 / 10 -> 7.1 |" in table
 
 
 def test_the_labs_list_every_arm_once_and_summarise(tmp_path, capsys):

@@ -117,11 +117,15 @@ def test_the_documents_quote_each_table_as_written():
     assert ("examples/EXPERIMENTS.md", "docs/pretraining_claim/table.md") in seen
 
 
+SETTING = r"(?:lr|temperature|deletion|ratio|cutoff|p <) "  # a number after these is a setting, not a result
+
+
 def prose_numbers(document: str) -> list[str]:
-    """The decimal numbers of a document's prose: outside code blocks, inline code, links and quoted tables."""
+    """The decimal numbers of a document's prose: outside code blocks, inline code, links and quoted tables, and
+    not a setting ("temperature 0.05")."""
     document = re.sub(r"<!-- [\w/.-]+\.md: .*? -->\n.*?<!-- end -->", "", document, flags=re.S)
     document = re.sub(r"```.*?```", "", document, flags=re.S)
-    document = re.sub(r"`[^`]*`|\]\([^)]*\)", "", document)
+    document = re.sub(r"`[^`]*`|\]\([^)]*\)|" + SETTING + r"\d+\.\d+", "", document)
     return re.findall(r"(?<![\w.§:])-?\d+\.\d+(?![\w.+])", document)  # not §4.3, arXiv:2104.06979, 3.10+
 
 
