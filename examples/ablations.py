@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import arms  # noqa: E402
 from arms import mean_sd, run_plan, training, verdict  # noqa: E402
 from lib import cli  # noqa: E402
 from lib.corpus import normalise_whitespace  # noqa: E402
@@ -125,17 +126,8 @@ TABLES = {
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=cli.HelpFormatter)
+    p = arms.make_parser(__doc__, out="runs/ablations", results="docs/ablations")
     p.add_argument("table", choices=[*TABLES, "all"], help="the table to run (all: every one, in this order)")
-    p.add_argument("--model", default=str(ROOT.parent / "shared" / "models" / "bert-mini-mlm"),
-                   help="the raw masked-LM checkpoint every arm starts from")
-    p.add_argument("--data", default=os.environ.get("EVAL_DATA_DIR") or str(ROOT / "data"),
-                   help="the evaluation data folder (STS-b, STS12-16, SICK, nli/)")
-    p.add_argument("--out", default="runs/ablations", help="the arms' run folders and the corpora")
-    p.add_argument("--results", default="docs/ablations", help="the arms' scores, and the tables drawn from them")
-    p.add_argument("--dry-run", action="store_true",
-                   help="list every arm (done, or its commands) and the cost estimate; run nothing")
-    p.add_argument("--summary", action="store_true", help="print the tables from the saved arms; run nothing")
     return p
 
 
@@ -245,8 +237,8 @@ def summary_text(verdicts: dict[str, dict[str, tuple[str, str]]]) -> str:
     nothing."""
     groups: dict[str, list[str]] = {}
     seeds, small = [], []
-    for key, arms in verdicts.items():
-        for name, (dev, test) in arms.items():
+    for key, rows in verdicts.items():
+        for name, (dev, test) in rows.items():
             said = word(test) if word(dev) == word(test) else f"{word(dev)} on dev, {word(test)} on test"
             groups.setdefault(said, []).append(f"{key} {name}")
             needs = [f"{split} {v.split('needs ')[1].split(' (')[0]}" for split, v in (("dev", dev), ("test", test))

@@ -2,6 +2,7 @@
 arms, each a run folder made by a few commands; an arm whose result is saved is never run again, one stopped
 half-way resumes from its checkpoint; --dry-run prints the commands, --summary only reads the results.
 
+  make_parser     the flags every experiment script shares (--model, --data, --out, --results, --dry-run, --summary)
   training        a training command that resumes a stopped run, else starts afresh
   run_plan        the cost estimate, then every command (or, with --dry-run, every command printed)
   mean_sd, verdict   a seed band, and what the per-seed differences say (the rule: MIN_EFFECT, ALPHA)
@@ -21,6 +22,25 @@ import time
 from pathlib import Path
 
 from scipy import stats
+
+from lib import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def make_parser(doc: str, out: str, results: str) -> cli.ArgumentParser:
+    """An experiment script's parser with the flags they all share; `doc` is the script's docstring (its first
+    paragraph is the description), `out` and `results` the default folders."""
+    p = cli.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=cli.HelpFormatter)
+    p.add_argument("--model", default=str(ROOT.parent / "shared" / "models" / "bert-mini-mlm"),
+                   help="the raw masked-LM stand-in the arms start from (docs/standin.md)")
+    p.add_argument("--data", default=os.environ.get("EVAL_DATA_DIR") or str(ROOT / "data"),
+                   help="the evaluation data folder (default: $EVAL_DATA_DIR, else data/)")
+    p.add_argument("--out", default=out, help="the arms' run folders and corpora (not kept in git)")
+    p.add_argument("--results", default=results, help="the arms' scores files (kept in git), and the tables drawn from them")
+    p.add_argument("--dry-run", action="store_true", help="print every command and the cost estimate; run nothing")
+    p.add_argument("--summary", action="store_true", help="write the tables from the saved scores; run nothing")
+    return p
 
 
 def training(script: str, folder: Path, flags: list[str]) -> list[str]:
@@ -65,7 +85,6 @@ def gather(folder: Path) -> dict:
     return scores
 
 
-ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = ("README.md", "examples/EXPERIMENTS.md", "LABS.md", "docs/ablations.md")  # where tables are quoted
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import arms  # noqa: E402
 from arms import gather, mean_sd, publish, run_plan, training, verdict  # noqa: E402
 from lib import cli, run  # noqa: E402
 from lib.datafiles import sts_corpus  # noqa: E402
@@ -84,23 +85,15 @@ LABS = {
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=cli.HelpFormatter)
+    p = arms.make_parser(__doc__, out="runs/labs", results="docs/labs")
     p.add_argument("lab", choices=[*LABS, "all"], help="which lab")
-    p.add_argument("--mini", default=str(ROOT.parent / "shared" / "models" / "bert-mini-mlm"),
-                   help="the raw masked-LM stand-in (docs/standin.md)")
-    p.add_argument("--data", default=os.environ.get("EVAL_DATA_DIR") or str(ROOT / "data"),
-                   help="the evaluation data folder")
-    p.add_argument("--out", default="runs/labs", help="the run folders and the corpora")
-    p.add_argument("--results", default="docs/labs", help="the scores, and the tables drawn from them")
-    p.add_argument("--dry-run", action="store_true", help="print every command and the cost estimate; run nothing")
-    p.add_argument("--summary", action="store_true", help="write the tables from the saved scores; run nothing")
     return p
 
 
 def commands(arm: str, seed: int, args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     """Train OUT/ARM-sSEED from the stand-in (unless it finished), then score its model into OUT/ARM-sSEED/eval.json."""
     spec, folder = ARMS[arm], Path(args.out) / f"{arm}-s{seed}"
-    flags = ["--corpus", str(Path(args.out) / spec.corpus), "--model", args.mini, *spec.flags, "--seed", str(seed)]
+    flags = ["--corpus", str(Path(args.out) / spec.corpus), "--model", args.model, *spec.flags, "--seed", str(seed)]
     evaluation = [sys.executable, "evaluate.py", "--model", str(folder / "model"), "--tasks", spec.tasks,
                   "--data-dir", args.data, "--json", str(folder / "eval.json")]
     return ([] if run.finished(folder) else [(spec.script, training(spec.script, folder, flags))]) + \

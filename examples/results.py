@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import arms  # noqa: E402
 from arms import gather, mean_sd, publish, run_plan, training  # noqa: E402
 from lib import cli, run  # noqa: E402
 from lib.datafiles import sts_corpus  # noqa: E402
@@ -43,16 +44,8 @@ COST = {"consert-mini": 160, "tsdae-mini": 55, "tsdae-topics": 60, "consert-topi
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=cli.HelpFormatter)
+    p = arms.make_parser(__doc__, out="runs/results", results="docs/results")
     p.add_argument("experiment", choices=[*EXPERIMENTS, "all"], help="which table")
-    p.add_argument("--mini", default=str(ROOT.parent / "shared" / "models" / "bert-mini-mlm"),
-                   help="the raw masked-LM stand-in (docs/standin.md)")
-    p.add_argument("--data", default=os.environ.get("EVAL_DATA_DIR") or str(ROOT / "data"),
-                   help="the evaluation data folder")
-    p.add_argument("--out", default="runs/results", help="the run folders")
-    p.add_argument("--results", default="docs/results", help="the scores, and the tables drawn from them")
-    p.add_argument("--dry-run", action="store_true", help="print every command and the cost estimate; run nothing")
-    p.add_argument("--summary", action="store_true", help="write the tables from the saved scores; run nothing")
     return p
 
 
@@ -68,9 +61,9 @@ def evaluation(model: str, tasks: str, into: Path, args: argparse.Namespace, *fl
     return python("evaluate.py", "--model", model, "--tasks", tasks, "--data-dir", args.data, "--json", str(into), *flags)
 
 
-def arms(experiment: str, args: argparse.Namespace) -> dict[str, list[tuple[str, list[str]]]]:
+def arms_of(experiment: str, args: argparse.Namespace) -> dict[str, list[tuple[str, list[str]]]]:
     """{arm name: its (kind, command)s}; an arm writes into OUT/ARM/ and arms.gather reads what it left there."""
-    out, mini, minilm = Path(args.out), args.mini, default_model_path()
+    out, mini, minilm = Path(args.out), args.model, default_model_path()
     found: dict[str, list[tuple[str, list[str]]]] = {}
     if experiment == "mini":
         for pooling in ("mean", "cls"):
@@ -239,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(ROOT)
     scores_dir = Path(args.results) / "scores"
     for experiment in EXPERIMENTS if args.experiment == "all" else (args.experiment,):
-        found = arms(experiment, args)
+        found = arms_of(experiment, args)
         files = {arm: scores_dir / f"{arm}.json" for arm in found}
         if not args.summary:
             if not args.dry_run:

@@ -20,7 +20,7 @@ from model import SentenceEncoder
 from speedups import fast
 
 ROOT = Path(__file__).resolve().parent.parent
-# The raw masked-LM stand-in for bert-base (README, Results), where examples/results.py finds it (--mini)
+# The raw masked-LM stand-in for bert-base (README, Results), where examples/results.py finds it (--model)
 MINI = Path(os.environ.get("MINI") or ROOT.parent / "shared" / "models" / "bert-mini-mlm")
 TOPICS = (ROOT / "examples" / "topics.txt").read_text(encoding="utf-8").splitlines()
 
