@@ -126,8 +126,8 @@ def make_parser() -> cli.ArgumentParser:
                    help="rows per step; each row's positive is every other row's negative. Under torchrun the global "
                         "batch, split over the processes")
     p.add_argument("--lr", type=float, default=2e-5,
-                   help="AdamW learning rate (eps 1e-6, weight decay 0.01, 10%% linear warm-up, then linear decay: "
-                        "sentence-transformers' fit)")
+                   help="AdamW learning rate (eps 1e-8, weight decay 0.01, linear warm-up from 0 over ceil(10%%) "
+                        "of the steps, then linear decay to 0, gradients clipped to norm 1: sentence-transformers' fit)")
     p.add_argument("--scale", type=float, default=20.0, help="the cosine's factor in both losses (1 / temperature)")
     p.add_argument("--max-length", type=int, default=None, help="tokens per sentence (default: the model folder's)")
     p.add_argument("--micro-batch", type=int, metavar="N",

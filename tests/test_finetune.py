@@ -272,3 +272,41 @@ def test_bad_flags_and_dev_files_fail_in_one_line(files, tmp_path):
     with pytest.raises(SystemExit) as stopped:  # argparse's own exit: code 2, one line on stderr
         finetune_train.parse_args(["--pairs", "x.tsv", "--score-range", "5,0"])
     assert stopped.value.code == 2
+
+
+# ----------------------------------------------------------------------------
+# The optimiser and the schedule: sentence-transformers' fit
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("steps", [25, 7, 100])
+def test_the_schedule_and_the_optimizer_are_those_of_sentence_transformers_fit(steps, tmp_path):
+    """finetune's lr factors are transformers' get_linear_schedule_with_warmup with warmup_steps = ceil(10% of the
+    steps) (the reference examples' setting): from 0, step by step; its AdamW is fit's default (PyTorch's: eps 1e-8),
+    with fit's weight decay and gradient clipping."""
+    import inspect
+    import math
+
+    import train
+    from lib import experiment
+    from sentence_transformers import SentenceTransformer
+    from transformers import get_linear_schedule_with_warmup
+
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=1.0)
+    schedule = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=math.ceil(0.1 * steps),
+                                               num_training_steps=steps)
+    theirs = []
+    for _ in range(steps):
+        theirs.append(optimizer.param_groups[0]["lr"])  # the lr the optimiser's step uses
+        optimizer.step()
+        schedule.step()
+    settings = train.TrainSettings(out=tmp_path, steps=steps, lr=1.0, **experiment.FIT)
+    ours = [train.lr_factor(step, settings) for step in range(steps)]
+    assert ours == pytest.approx(theirs, abs=1e-12)
+    fit = inspect.signature(SentenceTransformer.fit).parameters
+    assert fit["optimizer_class"].default is torch.optim.AdamW and "eps" not in fit["optimizer_params"].default
+    adamw = train.make_optimizer(torch.nn.Linear(2, 2), settings, torch.device("cpu"))
+    assert isinstance(adamw, torch.optim.AdamW)
+    assert adamw.defaults["eps"] == inspect.signature(torch.optim.AdamW).parameters["eps"].default == 1e-8
+    assert settings.weight_decay == fit["weight_decay"].default and settings.grad_clip == fit["max_grad_norm"].default
