@@ -241,8 +241,8 @@ def stage_settings(stage: Stage, out: Path, resume: bool, loader: torch.utils.da
                    heldout: HeldOut | None) -> train.TrainSettings:
     """The official optimiser: sentence-transformers' fit (lib/experiment.CONSERT_FIT: AdamW, eps 1e-6, weight decay
     0.01, 10% linear warm-up then linear decay, clip 1.0); with --optimizer official its AdamW without bias correction
-    and its warm-up from lr 0 (train.linear_schedule_with_warmup). The evaluation the flags ask for, scored with --eval-pooling;
-    the card of the stage's `inputs`."""
+    and its warm-up from lr 0 (train.linear_schedule_with_warmup). The evaluation the flags ask for, scored with
+    --eval-pooling; the card of the stage's `inputs`."""
     if stage.kind == "unsup":
         lines, corpus = inputs, args.corpus or f"the STS12-16, STS-b and SICK sentences of {args.sts_corpus}"
     else:

@@ -111,14 +111,25 @@ def st_features(theirs, texts):
     return theirs.tokenize(texts)
 
 
-@pytest.mark.parametrize("kind", ["pairs", "triplets", "cosent", "cosine"])
-def test_objective_equals_the_reference_on_minilm(models, data_dir, kind):
+@pytest.mark.parametrize("kind", ["pairs", "triplets", "tuples", "cosent", "cosine"])
+def test_objective_equals_the_reference_on_minilm(models, data_dir, kind, tmp_path):
     """Eval mode (no dropout): the same batch through our encoder and SupervisedLoss, and through
     sentence-transformers' model and loss, to 1e-5 (the two encoders' vectors differ by about 1e-7); the
-    gradient with respect to the word embeddings too."""
+    gradient with respect to the word embeddings too. tuples: a file as mine_hard_negatives(output_format=
+    "n-tuple") writes it (anchor, positive, negative_1 ... negative_3), every negative column in the loss."""
     ours, theirs = models
     pairs = datafiles.load_stsb(data_dir / "stsbenchmark" / "sts-dev.csv")[::100][:12]
-    if kind in ("cosent", "cosine"):
+    if kind == "tuples":
+        path = tmp_path / "mined.jsonl"
+        path.write_text("".join(json.dumps({"anchor": a, "positive": b, **{f"negative_{k}": pairs[(i + 3 * k) % 12][1]
+                                                                           for k in (1, 2, 3)}}) + "\n"
+                                for i, (a, b, _) in enumerate(pairs)), encoding="utf-8")
+        _, rows, unused = datafiles.read_training_file(path)
+        columns, labels = finetune_train.columns_of("tuples", rows), None
+        assert columns == ("anchor", "positive", "negative_1", "negative_2", "negative_3") and not unused
+        texts = [[row[k] for row in rows] for k in range(len(columns))]
+        reference, objective = st_losses().MultipleNegativesRankingLoss(theirs), SupervisedLoss(ours)
+    elif kind in ("cosent", "cosine"):
         rows = [(a, b, s / 5 if kind == "cosine" else s) for a, b, s in pairs]
         columns, texts = ("sentence1", "sentence2", "score"), [[a for a, _, _ in rows], [b for _, b, _ in rows]]
         labels = torch.tensor([s for *_, s in rows])
@@ -310,3 +321,26 @@ def test_the_schedule_and_the_optimizer_are_those_of_sentence_transformers_fit(s
     assert isinstance(adamw, torch.optim.AdamW)
     assert adamw.defaults["eps"] == inspect.signature(torch.optim.AdamW).parameters["eps"].default == 1e-8
     assert settings.weight_decay == fit["weight_decay"].default and settings.grad_clip == fit["max_grad_norm"].default
+
+
+# ----------------------------------------------------------------------------
+# What the file holds and the command does not use, or should not get
+
+
+@pytest.mark.quick
+def test_columns_the_command_does_not_read_are_named_in_one_line(tmp_path, capsys):
+    path = tmp_path / "mined.tsv"
+    path.write_text("id\tanchor\tpositive\tnegative_2\tnegative_1\tsource\n7\ta\tb\tn2\tn1\tweb\n", encoding="utf-8")
+    kind, rows = finetune_train.read_examples(finetune_train.parse_args(["--pairs", str(path)]))
+    assert (kind, rows) == ("tuples", [("a", "b", "n1", "n2")])  # every negative, in their numbers' order
+    assert capsys.readouterr().out == f"--pairs {path}: not used: the columns id, source\n"
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("loss", ["cosine", "cosent"])
+def test_a_score_outside_the_score_range_is_refused_with_its_line(tmp_path, loss):
+    path = tmp_path / "scored.tsv"
+    path.write_text("sentence1\tsentence2\tscore\na\tb\t4.5\n\nc\td\t-0.4\n", encoding="utf-8")
+    message = one_line_error("--pairs", path, "--loss", loss, "--score-range", "0,5", "--out", tmp_path / "out")
+    assert message == f"error: {path} line 4: score '-0.4' is outside the score range 0,5"
+    assert not (tmp_path / "out").exists()
