@@ -399,6 +399,7 @@ def write_sentence_transformers(folder: Path, pooling: str, max_length: int, dim
     Pooling (Normalize, Dense) with its folder copied as it is (we never train them), and the source's
     config_sentence_transformers.json (its similarity function, its prompts)."""
     stack = read_modules(source) if source is not None else [dict(entry) for entry in PLAIN_STACK]
+    stack[0] = {**stack[0], "path": ""}  # the Transformer: the folder itself, where save_pretrained writes it
     settings = (read_json(source / "sentence_bert_config.json", missing=None) if source is not None else None) or {}
     write_json(folder / "sentence_bert_config.json", {"do_lower_case": False, **settings, "max_seq_length": max_length})
     write_json(folder / "modules.json", stack)
@@ -429,7 +430,7 @@ POOLER_TYPES = ("bert", "roberta", "xlm-roberta", "mpnet")
 def pooler_tensors(source: Path | None, values: dict) -> dict[str, torch.Tensor]:
     """The pooler's tensors for a saved folder of model.BertConfig's `values`: the source folder's, as they are, or
     for a source without them (a *ForMaskedLM checkpoint) new ones drawn as transformers draws them (N(0,
-    initializer_range), bias 0) from a fixed seed, so that transformers reports no weight missing. None for a
+    initializer_range), bias 0) from a fixed seed, so that transformers reports no weight missing. Nothing for a
     family without a pooler."""
     if values["model_type"] not in POOLER_TYPES:
         return {}
