@@ -2,7 +2,7 @@
 stage, and the command line (`python consert.py` and `python consert_train.py` run it).
 
   OFFICIAL, stages     the official scripts' settings (yym6472/ConSERT), with the command line's instead
-  official_lr_factor, OfficialAdamW   the official code's warm-up and AdamW (--optimizer official)
+  OfficialAdamW        the official code's AdamW (--optimizer official; with train.linear_schedule_with_warmup)
   make_parser          every flag
   main                 read the inputs (lib/datafiles.py: NLI pairs, the official STS sentences), then each stage:
                        lib/experiment.py's steps and the ones below, then one call of train.train
@@ -11,7 +11,6 @@ stage, and the command line (`python consert.py` and `python consert_train.py` r
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -65,17 +64,6 @@ OFFICIAL = {
     "joint-unsup": [Stage("joint", NLI_VIEWS, lr=2e-5, epochs=1, dropout=True, patience=0),
                     Stage("unsup", (View("none"), View("shuffle")), lr=5e-7, epochs=25, dropout=True, patience=10)],
 }
-
-
-def official_lr_factor(step: int, settings: train.TrainSettings) -> float:
-    """The official code's schedule (--optimizer official; train.TrainSettings.lr_factor_fn), transformers'
-    get_linear_schedule_with_warmup: a linear warm-up over ceil(steps * warmup_ratio) steps that starts at
-    step / warmup = 0, so its first step changes nothing, then linear decay to 0 (the official decay is always
-    linear: settings.schedule is not read). train.lr_factor's own warm-up ends at (step + 1) / warmup = 1."""
-    warmup = math.ceil(settings.steps * settings.warmup_ratio)
-    if step < warmup:
-        return step / warmup
-    return max(0.0, (settings.steps - step) / max(1, settings.steps - warmup))
 
 
 class OfficialAdamW(torch.optim.Optimizer):
@@ -251,10 +239,10 @@ def held_out_signals(stage: Stage, kept_out: list, objective: ConSERTLoss, args:
 def stage_settings(stage: Stage, out: Path, resume: bool, loader: torch.utils.data.DataLoader,
                    args: argparse.Namespace, argv: list[str] | None, inputs: Sequence,
                    heldout: HeldOut | None) -> train.TrainSettings:
-    """The official optimiser: sentence-transformers' fit (lib/experiment.FIT: AdamW with eps 1e-6 and weight decay
+    """The official optimiser: sentence-transformers' fit (lib/experiment.CONSERT_FIT: AdamW, eps 1e-6, weight decay
     0.01, 10% linear warm-up then linear decay, clip 1.0); with --optimizer official its AdamW without bias correction
-    and its warm-up from lr 0 (above, beside OFFICIAL). The evaluation the flags ask for, scored with --eval-pooling;
-    the card of the stage's `inputs`."""
+    and its warm-up from lr 0 (train.linear_schedule_with_warmup). The evaluation the flags ask for, scored with
+    --eval-pooling; the card of the stage's `inputs`."""
     if stage.kind == "unsup":
         lines, corpus = inputs, args.corpus or f"the STS12-16, STS-b and SICK sentences of {args.sts_corpus}"
     else:
@@ -264,8 +252,9 @@ def stage_settings(stage: Stage, out: Path, resume: bool, loader: torch.utils.da
     official = args.optimizer == "official"
     return experiment.settings(
         args, loader, card, heldout, steps=stage.steps, epochs=stage.epochs, lr=stage.lr, out=out, resume=resume,
-        eval_pooling=args.eval_pooling, patience=stage.patience, **experiment.FIT,
-        optimizer_fn=OfficialAdamW if official else None, lr_factor_fn=official_lr_factor if official else None)
+        eval_pooling=args.eval_pooling, patience=stage.patience, **experiment.CONSERT_FIT,
+        optimizer_fn=OfficialAdamW if official else None,
+        lr_factor_fn=train.linear_schedule_with_warmup if official else None)
 
 
 def make_parser() -> cli.ArgumentParser:

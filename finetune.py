@@ -5,7 +5,7 @@ text first, then ordinary supervised training on the labelled pairs. This file i
 losses of sentence-transformers, each on the vectors of the encoder's ordinary forward pass (no views, no
 decoder), with the encoder's own dropout on.
 
-    (anchor, positive [, hard negative])  -->  in-batch negatives   (Henderson et al. 2017; SimCSE's supervised
+    (anchor, positive [, hard negatives]) -->  in-batch negatives   (Henderson et al. 2017; SimCSE's supervised
                                                                       recipe with NLI triples, Gao et al. 2021)
     (sentence1, sentence2, score)         -->  CoSENT (Su 2022), or the cosine regression of SBERT (Reimers &
                                                                       Gurevych 2019, arXiv:1908.10084 §3)
@@ -38,7 +38,8 @@ from model import SentenceEncoder
 def in_batch_negatives_loss(anchors: torch.Tensor, candidates: torch.Tensor, scale: float = 20.0) -> torch.Tensor:
     """The multiple-negatives ranking loss (Henderson et al. 2017, arXiv:1705.00652; sentence-transformers'
     MultipleNegativesRankingLoss). anchors a_i (N, d); candidates (M, d): the N positives p_i first (row i is
-    a_i's positive), then any hard negatives n_i. Every other row's positive and negative is a negative of a_i:
+    a_i's positive), then any hard negatives (one column n_i, or k of them: n-tuples). Every other row's positive
+    and negatives are negatives of a_i:
 
         s(i, j) = scale * cos(a_i, c_j)
         loss    = mean over i of  -log( exp s(i, i) / sum over the M candidates j of exp s(i, j) )
@@ -94,7 +95,8 @@ SCORED_LOSSES = {"cosent": cosent_loss, "cosine": cosine_regression_loss}
 class SupervisedLoss(nn.Module):
     """Encoder; forward(batch) -> the loss of one batch of labelled rows.
 
-    {anchor_*, positive_* [, negative_*]}:      in_batch_negatives_loss(anchors, positives [+ negatives]).
+    {anchor_*, positive_* [, negative_*]}:      in_batch_negatives_loss(anchors, positives [+ negatives]);
+    {..., negative_1_*, ..., negative_k_*}:     the same with every negative column (an n-tuple file).
     {sentence1_*, sentence2_*, scores}:          `loss`, "cosent" (default) or "cosine" (cosine_regression_loss).
     Each column is encoded by the encoder's own forward pass (`vectors`), its pooling included.
     gather(x): the rows the loss compares: this batch's (own_rows), or under torchrun every process's, so the
@@ -118,7 +120,8 @@ class SupervisedLoss(nn.Module):
             if self.loss == "cosent":
                 return cosent_loss(u, v, scores, self.scale)
             return cosine_regression_loss(u, v, scores)
-        candidates = [column("positive")] + ([column("negative")] if "negative_ids" in batch else [])
+        negatives = [name[: -len("_ids")] for name in batch if name.startswith("negative") and name.endswith("_ids")]
+        candidates = [column("positive")] + [column(name) for name in negatives]  # every hard-negative column
         return in_batch_negatives_loss(column("anchor"), torch.cat(candidates), self.scale)
 
 
@@ -128,7 +131,8 @@ class SupervisedLoss(nn.Module):
 
 class ExampleDataset(torch.utils.data.Dataset):
     """Rows of sentences (and, for scored pairs, a score last), named by `columns`: ("anchor", "positive"),
-    ("anchor", "positive", "negative") or ("sentence1", "sentence2", "score")."""
+    ("anchor", "positive", "negative"), ("anchor", "positive", "negative_1", ..., "negative_k") or ("sentence1",
+    "sentence2", "score")."""
 
     def __init__(self, rows: Sequence[tuple], columns: tuple[str, ...], tokenizer: Tokenizer, max_length: int):
         self.rows, self.columns, self.tokenizer, self.max_length = rows, columns, tokenizer, max_length

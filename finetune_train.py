@@ -27,9 +27,16 @@ from lib.errors import UsageError
 from model import SentenceEncoder
 from speedups import gradcache
 
-# The columns of each kind of row, as lib.datafiles.read_training_file names them.
+# The columns of each kind of row, as lib.datafiles.read_training_file names them (n-tuples: columns_of).
 COLUMNS = {"pairs": ("anchor", "positive"), "triplets": ("anchor", "positive", "negative"),
            "scored": ("sentence1", "sentence2", "score")}
+
+
+def columns_of(kind: str, rows: Sequence[tuple]) -> tuple[str, ...]:
+    """The names of the rows' columns: COLUMNS[kind], or for n-tuples anchor, positive, negative_1 ... negative_k."""
+    if kind != "tuples" or not rows:  # no rows (none held out): no columns to name
+        return COLUMNS.get(kind, ())
+    return ("anchor", "positive", *(f"negative_{i}" for i in range(1, len(rows[0]) - 1)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,21 +57,25 @@ def main(argv: list[str] | None = None) -> int:
     run = experiment.settings(args, loader, card, heldout, steps=args.steps, epochs=args.epochs, lr=args.lr,
                               **experiment.FIT)
     loss = "in-batch negatives" if kind != "scored" else args.loss
-    experiment.say_start(f"fine-tuning: {len(rows)} {kind} ({loss})", run, args, device)
+    what = f"{kind} of anchor, positive and {len(rows[0]) - 2} negatives" if kind == "tuples" else kind
+    experiment.say_start(f"fine-tuning: {len(rows)} {what} ({loss})", run, args, device)
     train.train(encoder, objective, loader, run, device)
     experiment.say_done(run.out, f"{encoder.pooling} pooling")
     return 0
 
 
 def read_examples(args: argparse.Namespace) -> tuple[str, list[tuple]]:
-    """(kind, rows): the rows of --pairs as lib.datafiles.read_training_file reads them, or the NLI triples of
-    --nli; with --sample K, K of them drawn at random; with --loss cosine, the scores mapped to [0, 1]."""
+    """(kind, rows): the rows of --pairs as lib.datafiles.read_training_file reads them (the columns it does not
+    read named in one line; a score outside --score-range refused), or the NLI triples of --nli; with --sample K,
+    K of them drawn at random; with --loss cosine, the scores mapped to [0, 1]."""
     if args.nli:
         kind, rows = "triplets", nli_triplets(read_nli(args.nli, args.bad_lines))
         if not rows:
             raise UsageError(f"--nli {args.nli}: no premise has both an entailment and a contradiction hypothesis")
     else:
-        kind, rows = read_training_file(args.pairs)
+        kind, rows, unused = read_training_file(args.pairs, args.score_range)
+        if unused and distributed.rank() == 0:
+            print(f"--pairs {args.pairs}: not used: the column{'s' * (len(unused) > 1)} {', '.join(unused)}")
     if args.sample:
         if args.sample > len(rows):
             raise UsageError(f"--sample {args.sample}: the file has {len(rows)} rows")
@@ -92,7 +103,7 @@ def build_objective(args: argparse.Namespace) -> finetune.SupervisedLoss:
 def examples(kind: str, rows: Sequence[tuple], encoder: SentenceEncoder) -> finetune.ExampleDataset:
     """The rows as training items, in plain shuffled batches as sentence-transformers' DataLoader(shuffle=True)
     gives them (experiment.loader)."""
-    return finetune.ExampleDataset(rows, COLUMNS[kind], encoder.tokenizer, encoder.max_length)
+    return finetune.ExampleDataset(rows, columns_of(kind, rows), encoder.tokenizer, encoder.max_length)
 
 
 def make_parser() -> cli.ArgumentParser:
@@ -102,9 +113,9 @@ def make_parser() -> cli.ArgumentParser:
     src = p.add_argument_group("data (one of --pairs, --nli)")
     given = src.add_mutually_exclusive_group(required=True)
     given.add_argument("--pairs", metavar="FILE",
-                       help="TSV, CSV (each with a header) or JSONL. Columns: anchor, positive [, negative] "
-                            "(in-batch negatives); or sentence1, sentence2 [, score or label] (with a score: scored "
-                            "pairs; without: pairs)")
+                       help="TSV, CSV (each with a header) or JSONL. Columns: anchor, positive [, negative or "
+                            "negative_1, negative_2, ...] (in-batch negatives); or sentence1, sentence2 [, score or "
+                            "label] (with a score: scored pairs; without: pairs). Other columns are named, not read")
     given.add_argument("--nli", metavar="FILE",
                        help="NLI pairs (.jsonl premise/hypothesis/label, or a SICK file) as SimCSE's supervised "
                             "triples: premise, entailment as its positive, contradiction as its hard negative")
@@ -112,8 +123,8 @@ def make_parser() -> cli.ArgumentParser:
                      help="for scored pairs: cosent (Su 2022; only the order of the scores matters) or cosine (SBERT's "
                           "regression of the cosine onto the score, normalised to [0, 1])")
     src.add_argument("--score-range", metavar="LOW,HIGH",
-                     help="with --loss cosine: the range the scores come from, mapped to [0, 1] (default: the file's "
-                          "lowest and highest score; STS-b: 0,5)")
+                     help="the range the scores come from (a score outside it is refused); with --loss cosine "
+                          "mapped to [0, 1] (default: the file's lowest and highest score; STS-b: 0,5)")
     src.add_argument("--sample", type=int, metavar="K",
                      help="train on K rows drawn at random (by --seed) from the file: how far do K labels go?")
     p.add_argument("--model", default=None,
@@ -126,8 +137,9 @@ def make_parser() -> cli.ArgumentParser:
                    help="rows per step; each row's positive is every other row's negative. Under torchrun the global "
                         "batch, split over the processes")
     p.add_argument("--lr", type=float, default=2e-5,
-                   help="AdamW learning rate (eps 1e-6, weight decay 0.01, 10%% linear warm-up, then linear decay: "
-                        "sentence-transformers' fit)")
+                   help="AdamW learning rate (eps 1e-8, weight decay 0.01, linear warm-up from 0 over ceil(10%%) "
+                        "of the steps, then linear decay to 0, gradients clipped to norm 1: sentence-transformers' "
+                        "fit)")
     p.add_argument("--scale", type=float, default=20.0, help="the cosine's factor in both losses (1 / temperature)")
     p.add_argument("--max-length", type=int, default=None, help="tokens per sentence (default: the model folder's)")
     p.add_argument("--micro-batch", type=int, metavar="N",

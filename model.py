@@ -7,7 +7,7 @@ Read top to bottom:
      MultiHeadAttention   h heads of it; keys and values from the sentence itself or from a `memory`
   4. FeedForward, EncoderLayer, Bert   post-LayerNorm residual blocks: embed, then run the layers
   5. MLMHead              BERT's masked-LM head (TSDAE's decoder reuses it)
-  6. pool                 one vector per sentence: cls / mean / max
+  6. pool                 one vector per sentence: cls / mean / max (after_pooling: Normalize, Dense)
   7. SentenceEncoder      tokenizer + Bert + pooling: from_pretrained / encode / save_pretrained
 
 No objective and no training here. Two pieces exist for the methods: the `memory` of MultiHeadAttention (TSDAE's
@@ -285,6 +285,17 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch
     raise ValueError(f"unknown pooling '{mode}' (choose cls, mean or max)")
 
 
+def after_pooling(vectors: torch.Tensor, modules: list[dict]) -> torch.Tensor:
+    """sentence-transformers' modules after Pooling (modules.json; weights.read_after_pooling), on pooled vectors
+    (N, d), in order: Dense, activation(W s + b) (N, d'); Normalize, s / |s| (all-MiniLM-L6-v2's last module)."""
+    for module in modules:
+        if module["kind"] == "Dense":
+            vectors = getattr(nn, module["activation"])()(F.linear(vectors, module["weight"], module["bias"]))
+        else:  # Normalize
+            vectors = F.normalize(vectors, dim=-1)
+    return vectors
+
+
 # The official ConSERT evaluation pools the average of the last two layers ("last2avg"): an evaluation-time
 # choice of SentenceEncoder, which a sentence-transformers folder cannot express.
 LAST2_MEAN = "last2-mean"
@@ -309,7 +320,10 @@ def load_bert(folder: str | Path, bert_class: type[Bert] = Bert) -> Bert:
 
 
 class SentenceEncoder(nn.Module):
-    """Tokenizer + Bert + pooling. `encode` gives one float32 vector per sentence."""
+    """Tokenizer + Bert + pooling. `encode` gives one float32 vector per sentence: the pooled vector, then the
+    source folder's modules after Pooling (Normalize, Dense: after_pooling), as sentence-transformers gives it.
+    `forward`, what the objectives train on, stops at the pooled vector: TSDAE's decoder reads it, and the
+    cosine losses cannot tell it from its Normalize; those modules are never trained, and a Dense stays as it was."""
 
     def __init__(self, bert: Bert, tokenizer: Tokenizer, pooling: str = "mean", max_length: int = 256,
                  source: Path | None = None):
@@ -317,7 +331,8 @@ class SentenceEncoder(nn.Module):
         if pooling not in POOLINGS:
             raise ValueError(f"unknown pooling '{pooling}' (choose {', '.join(POOLINGS)})")
         self.bert, self.tokenizer, self.pooling, self.max_length = bert, tokenizer, pooling, max_length
-        self.source = source  # folder we were loaded from: its tokenizer files travel with save_pretrained
+        self.source = source  # folder we were loaded from: its tokenizer files and modules travel with save_pretrained
+        self.post_pooling = weights.read_after_pooling(source) if source is not None else []  # not parameters
 
     @classmethod
     def from_pretrained(cls, path: str | Path, pooling: str | None = None, max_length: int | None = None,
@@ -344,7 +359,8 @@ class SentenceEncoder(nn.Module):
 
     @torch.inference_mode()
     def encode(self, sentences: list[str], batch_size: int = 64, show_progress: bool = False) -> torch.Tensor:
-        """(N, d) float32 on CPU, in input order. Sorted by length inside, so batches carry little padding."""
+        """(N, d) float32 on CPU, in input order (d: the last Dense's width, if any). Sorted by length inside,
+        so batches carry little padding."""
         was_training = self.training
         self.eval()
         ids = data.tokenize(self.tokenizer, list(sentences), self.max_length)
@@ -355,22 +371,23 @@ class SentenceEncoder(nn.Module):
             input_ids, mask = data.pad([ids[i] for i in batch], self.bert.cfg.pad_token_id, data.pad_multiple(self.device))
             out[batch] = self(input_ids.to(self.device), mask.to(self.device)).float().cpu()
         self.train(was_training)
-        return out
+        return after_pooling(out, self.post_pooling)  # (N, d)
 
     def save_pretrained(self, out_dir: str | Path, card: ModelCard | None = None) -> None:
-        """A folder that transformers.AutoModel and sentence_transformers.SentenceTransformer load, with a model
-        card (README.md) when one is given. Written to a temporary folder first and then renamed: a crash never
-        leaves half a model."""
+        """A folder that transformers.AutoModel and sentence_transformers.SentenceTransformer load (the source
+        folder's whole module stack, its pooler), with a model card (README.md) when one is given. Written to a
+        temporary folder first and then renamed: a crash never leaves half a model."""
         if self.pooling == LAST2_MEAN:
             raise ValueError(f"a sentence-transformers folder cannot express {LAST2_MEAN} pooling; save with another")
         cfg = self.bert.cfg
         with weights.atomic_dir(Path(out_dir)) as tmp:
             tensors = {weights.hf_name(n, cfg.model_type): p for n, p in self.bert.named_parameters()
                        if not n.startswith("mlm_head.")}
+            tensors.update(weights.pooler_tensors(self.source, cfg.to_dict()))  # unused here; transformers wants it
             weights.write_safetensors(tensors, tmp / "model.safetensors")
             base = weights.read_json(self.source / "config.json", missing=None) if self.source else None
             weights.write_json(tmp / "config.json", weights.hf_config(cfg.to_dict(), base))
             weights.save_tokenizer(self.tokenizer, tmp, self.source, cfg.model_type)
-            weights.write_sentence_transformers(tmp, self.pooling, self.max_length, self.bert.cfg.hidden_size)
+            weights.write_sentence_transformers(tmp, self.pooling, self.max_length, cfg.hidden_size, self.source)
             if card is not None:
                 write_model_card(tmp, card)

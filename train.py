@@ -3,7 +3,8 @@ hand `train` an `objective`, a module whose forward(batch) returns the loss of t
 
   TrainSettings               every setting of one run
   make_optimizer, lr_factor   AdamW (no decay on biases and LayerNorm weights), warm-up and decay, or a
-                              method's own (TrainSettings.optimizer_fn, lr_factor_fn)
+                              method's own (TrainSettings.optimizer_fn, lr_factor_fn: linear_schedule_with_warmup,
+                              transformers' schedule)
   train                       the loop: forward, backward (in micro_batches), clip, optimiser step
 
 Around the loop, in lib/: the run folder, checkpoints, Ctrl-C and the progress line (lib/run.py), model selection
@@ -14,6 +15,7 @@ objective and calls `train`; a breakpoint in its loop stops every one of them.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +72,17 @@ def make_optimizer(objective: nn.Module, settings: TrainSettings, device: torch.
         return settings.optimizer_fn(groups, lr=settings.lr, eps=settings.adam_eps)
     # fused=True: PyTorch's one-pass kernel for the same update, about 4x faster than the default on CPU too
     return torch.optim.AdamW(groups, lr=settings.lr, eps=settings.adam_eps, fused=device.type in ("cpu", "cuda"))
+
+
+def linear_schedule_with_warmup(step: int, settings: TrainSettings) -> float:
+    """transformers' get_linear_schedule_with_warmup, which sentence-transformers' fit and the official ConSERT code
+    run (a TrainSettings.lr_factor_fn): a linear warm-up over ceil(steps * warmup_ratio) steps that starts at
+    step / warmup = 0, so its first step changes nothing, then linear decay to 0 (settings.schedule is not read).
+    lr_factor's own warm-up ends at (step + 1) / warmup = 1 instead."""
+    warmup = math.ceil(settings.steps * settings.warmup_ratio)
+    if step < warmup:
+        return step / warmup
+    return max(0.0, (settings.steps - step) / max(1, settings.steps - warmup))
 
 
 def lr_factor(step: int, settings: TrainSettings) -> float:

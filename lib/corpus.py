@@ -25,15 +25,16 @@ def normalise_whitespace(text: str) -> str:
     return " ".join(text.split())
 
 
-def read_corpus(path: str | Path, bad_bytes: str = "error") -> list[str]:
+def read_corpus(path: str | Path, bad_bytes: str = "error", role: str = "corpus") -> list[str]:
     """Non-blank lines of a UTF-8 text file, whitespace-normalised, all in memory: for small files (open_corpus
     gives the same lines for a file of any size).
 
     bad_bytes: what to do with a line that is not UTF-8: "error" (stop, naming the line),
-    "skip" (drop the line) or "replace" (decode with U+FFFD for the bad bytes).
+    "skip" (drop the line) or "replace" (decode with U+FFFD for the bad bytes). role: what the errors call the
+    file ("corpus", "NLI file", ...).
     """
     sentences = []
-    for n, line in enumerate(read_text_bytes(path).splitlines(), start=1):
+    for n, line in enumerate(read_text_bytes(path, role).splitlines(), start=1):
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError:
@@ -46,7 +47,7 @@ def read_corpus(path: str | Path, bad_bytes: str = "error") -> list[str]:
         if text:
             sentences.append(text)
     if not sentences:
-        raise CorpusError(f"corpus {path} has no non-blank lines")
+        raise CorpusError(f"{role} {path} has no non-blank lines")
     return sentences
 
 
@@ -55,43 +56,61 @@ def not_utf8_error(path: str | Path, line_number: int) -> CorpusError:
                        "(or replace)")
 
 
-HEAD_BYTES = 65536  # how much of a file's start is checked for NUL bytes (a binary file, UTF-16 without its mark)
+HEAD_BYTES = 65536  # how much of a file's start is checked for binary data (or UTF-16 without its mark)
+# Bytes no text file holds: the control characters but the whitespace ones (tab, line feed, vertical tab, form feed,
+# carriage return and 0x1c-0x1f, which str.split splits at) and escape
+CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 11, 12, 13, 27, 28, 29, 30, 31)) + b"\x7f"
 
 
-def read_text_bytes(path: str | Path) -> bytes:
-    """The bytes of a text file, with one-line errors for what is not one: a missing file, a folder, a binary
-    file, UTF-16 without a byte-order mark. UTF-16 with its byte-order mark is converted to UTF-8; a UTF-8
-    byte-order mark is dropped."""
+def read_text_bytes(path: str | Path, role: str = "corpus") -> bytes:
+    """The bytes of a text file, with one-line errors that call it `role` for what is not one: a missing file, a
+    folder, a binary file, UTF-16 without a byte-order mark. UTF-16 with its byte-order mark is converted to UTF-8;
+    a UTF-8 byte-order mark is dropped."""
     path = Path(path)
-    check_is_a_file(path)
+    check_is_a_file(path, role)
     try:
         raw = path.read_bytes()
     except OSError as e:
-        raise CorpusError(f"cannot read corpus {path}: {e.strerror}") from None
+        raise CorpusError(f"cannot read {role} {path}: {e.strerror}") from None
     if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         try:
             raw = raw.decode("utf-16").encode("utf-8")
         except UnicodeDecodeError:
-            raise CorpusError(f"corpus {path} starts like UTF-16 but is not valid UTF-16; save it as UTF-8") from None
+            raise CorpusError(f"{role} {path} starts like UTF-16 but is not valid UTF-16; save it as UTF-8") from None
     raw = raw.removeprefix(codecs.BOM_UTF8)
-    check_not_binary(path, raw[:HEAD_BYTES])
+    check_not_binary(path, raw[:HEAD_BYTES], role)
     return raw
 
 
-def check_is_a_file(path: Path) -> None:
+def check_is_a_file(path: Path, role: str = "corpus") -> None:
     if not path.exists():
-        raise CorpusError(f"corpus file {path} does not exist")
+        raise CorpusError(f"{role} file {path} does not exist")
     if path.is_dir():
-        raise CorpusError(f"corpus {path} is a folder; give a text file with one sentence per line")
+        raise CorpusError(f"{role} {path} is a folder; give a text file")
 
 
-def check_not_binary(path: Path, head: bytes) -> None:
-    """Refuse a file whose first bytes (`head`, after any byte-order mark) hold NUL bytes."""
-    if b"\x00" in head:
-        if max(head[0::2].count(0), head[1::2].count(0)) > 0.4 * len(head) / 2:  # every other byte 0: ASCII in UTF-16
-            raise CorpusError(f"corpus {path} looks like UTF-16 without a byte-order mark; save it as UTF-8 "
-                              "(for example: iconv -f UTF-16LE -t UTF-8)")
-        raise CorpusError(f"corpus {path} looks like a binary file (it contains NUL bytes); give a UTF-8 text file")
+def check_not_binary(path: Path, head: bytes, role: str = "corpus") -> None:
+    """Refuse a file whose first bytes (`head`, after any byte-order mark) are not text: UTF-16 without its
+    byte-order mark (NUL bytes, but text once read as UTF-16), else binary data (NUL bytes, or more than 1% bytes
+    that no text holds: float32 numbers, an archive, an image)."""
+    if looks_like_utf16(head):
+        raise CorpusError(f"{role} {path} looks like UTF-16 without a byte-order mark; save it as UTF-8 "
+                          "(for example: iconv -f UTF-16LE -t UTF-8)")
+    if b"\x00" in head or sum(head.count(b) for b in CONTROL_BYTES) > 0.01 * len(head):
+        raise CorpusError(f"{role} {path} looks like a binary file, not text; give a UTF-8 text file")
+
+
+def looks_like_utf16(head: bytes) -> bool:
+    """NUL bytes that are the high halves of UTF-16 code units: every other byte NUL (ASCII text in UTF-16), and the
+    bytes read as UTF-16 (little- or big-endian) are text, with no NUL or other control character in it."""
+    if max(head[0::2].count(0), head[1::2].count(0)) <= 0.4 * len(head) / 2:
+        return False
+    even = head[: len(head) // 2 * 2]
+    for encoding in ("utf-16-le", "utf-16-be"):
+        text = even.decode(encoding, errors="replace")
+        if text[:-1].count("\ufffd") == 0 and not any(ord(c) < 32 and c not in "\t\n\r\f\v" for c in text):
+            return True  # (the last unit may be half of a pair the head cut)
+    return False
 
 
 # ----------------------------------------------------------------------------

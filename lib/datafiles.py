@@ -11,7 +11,8 @@ Your own files (TSV, CSV or JSONL, the columns named as sentence-transformers' d
   read_rows                                          any of the three formats: the column names and the rows
   read_scored_pairs, read_binary_pairs               pairs with a score (evaluate.py --tasks sts:PATH) or a 0/1
                                                      label (pairs:PATH)
-  read_training_file                                 labelled training data: scored pairs, pairs or triplets
+  read_training_file                                 labelled training data: scored pairs, pairs, triplets or
+                                                     n-tuples (anchor, positive, negative_1 ... negative_k)
   nli_triplets                                       read_nli's pairs as SimCSE's supervised (anchor, entailed,
                                                      contradicted) triplets
 The layouts, and where each set comes from: docs/evaluation.md.
@@ -213,7 +214,7 @@ def read_nli(path: str | Path, bad_bytes: str = "error") -> list[tuple[str, str,
       - a SICK file: tab-separated, a header naming sentence_A, sentence_B and entailment_judgment
         (the SemEval splits) or entailment_label (SICK.txt).
     Labels are entailment / neutral / contradiction, any case; pairs labelled "-" (no consensus) are skipped."""
-    read_corpus(path, bad_bytes)  # the checks every input file gets: exists, text, UTF-8, not empty
+    read_corpus(path, bad_bytes, role="NLI file")  # the checks every input gets: exists, text, UTF-8, not empty
     path = Path(path)
     lines = []  # (line number, text); read again because read_corpus folds the tabs SICK needs
     for n, raw in enumerate(path.read_bytes().splitlines(), start=1):
@@ -290,9 +291,10 @@ def sts_corpus(data_dir: str | Path) -> list[str]:
 # Your own files: labelled pairs and triplets in TSV, CSV or JSONL
 #
 # The column names are those of sentence-transformers' data sets: sentence1, sentence2 and score (or label) for
-# pairs; anchor, positive [, negative] for training pairs and triplets. Other columns are ignored.
+# pairs; anchor, positive [, negative, or negative_1 ... negative_k] for training pairs, triplets and n-tuples.
+# Other columns are not read (read_training_file names them).
 
-SENTENCE_COLUMNS = ("sentence1", "sentence2", "anchor", "positive", "negative")  # JSONL: must hold strings
+SENTENCE_COLUMNS = ("sentence1", "sentence2", "anchor", "positive", "negative")  # JSONL: strings (negative_1... too)
 NUMBER_COLUMNS = ("score", "label")  # JSONL: must hold numbers (or numeric strings)
 
 
@@ -311,7 +313,7 @@ def file_format(path: Path, first_line: str) -> str:
     return "tsv" if "\t" in first_line else "csv"
 
 
-def read_rows(path: str | Path) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+def read_rows(path: str | Path, role: str = "file") -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     """The column names and the rows, (line number, {column: value}), of a TSV, CSV or JSONL file (file_format).
     TSV and CSV: a header line names the columns. JSONL: one JSON object a line; the first object's keys name the
     columns and every line needs them. Blank lines are skipped, but count in the line numbers the errors name.
@@ -323,9 +325,10 @@ def read_rows(path: str | Path) -> tuple[list[str], list[tuple[int, dict[str, st
              strings); other keys may hold anything.
 
     Values are returned as text (a JSON number as its JSON text); the pair readers below check them. A file that is
-    missing, binary, not UTF-8, empty or malformed raises a one-line CorpusError: "PATH line N: what is wrong"."""
+    missing, binary, not UTF-8, empty or malformed raises a one-line CorpusError: "PATH line N: what is wrong" (a
+    binary one: "ROLE PATH looks like a binary file", role saying what the file is for: "pairs file", "test set")."""
     path = Path(path)
-    text = _read_text(path)
+    text = _read_text(path, role)
     if not text.strip():
         raise CorpusError(f"{path}: the file is empty (want a header line naming the columns, then one row a line)")
     first_line = text.lstrip().split("\n", 1)[0]
@@ -336,13 +339,13 @@ def read_rows(path: str | Path) -> tuple[list[str], list[tuple[int, dict[str, st
     return columns, rows
 
 
-def _read_text(path: Path) -> str:
+def _read_text(path: Path, role: str) -> str:
     """The file's text, with lib.corpus's checks (a binary file, UTF-16) and one-line errors."""
     if not path.exists():
         raise CorpusError(f"{path}: no such file")
     if not path.is_file():
         raise CorpusError(f"{path}: not a file (a folder?)")
-    raw = read_text_bytes(path)  # refuses a binary file; converts UTF-16 with a byte-order mark, drops UTF-8's
+    raw = read_text_bytes(path, role)  # refuses a binary file; converts UTF-16 with a byte-order mark, drops UTF-8's
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -413,7 +416,7 @@ def _json_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[s
 def _json_value(path: Path, number: int, column: str, value) -> str:
     """A JSONL value as text: a sentence column's must be a string, a score's or label's a number (or a string)."""
     shown = json.dumps(value)[:40]
-    if column in SENTENCE_COLUMNS and not isinstance(value, str):
+    if (column in SENTENCE_COLUMNS or negative_columns([column])) and not isinstance(value, str):
         raise CorpusError(f"{path} line {number}: {column} is {shown}, not a string")
     if column in NUMBER_COLUMNS and (isinstance(value, bool) or not isinstance(value, (int, float, str))):
         raise CorpusError(f"{path} line {number}: {column} is {shown}, not a number")
@@ -442,12 +445,19 @@ def _number(path: Path, number: int, row: dict[str, str], column: str) -> float:
     return value
 
 
-def _scored_pairs(path: Path, columns: list[str], rows: list[tuple[int, dict[str, str]]]) -> list[tuple[str, str, float]]:
+def _scored_pairs(path: Path, columns: list[str], rows: list[tuple[int, dict[str, str]]],
+                  score_range: tuple[float, float] | None = None) -> list[tuple[str, str, float]]:
     score_column = "score" if "score" in columns else "label"
     if not {"sentence1", "sentence2", score_column} <= set(columns):
         raise _missing_columns(path, columns, "sentence1, sentence2 and score (or label)")
-    return [(_sentence(path, number, row, "sentence1"), _sentence(path, number, row, "sentence2"),
-             _number(path, number, row, score_column)) for number, row in rows]
+    pairs = []
+    for number, row in rows:
+        score = _number(path, number, row, score_column)
+        if score_range is not None and not score_range[0] <= score <= score_range[1]:
+            raise CorpusError(f"{path} line {number}: {score_column} {row[score_column]!r} is outside the score range "
+                              f"{score_range[0]:g},{score_range[1]:g}")
+        pairs.append((_sentence(path, number, row, "sentence1"), _sentence(path, number, row, "sentence2"), score))
+    return pairs
 
 
 def read_scored_pairs(path: str | Path) -> list[tuple[str, str, float]]:
@@ -455,7 +465,7 @@ def read_scored_pairs(path: str | Path) -> list[tuple[str, str, float]]:
     numbers: the gold similarity of each pair. evaluate.py's sts:PATH scores these; CoSENT and cosine-regression
     training learn from them. read_rows gives the formats and the one-line errors."""
     path = Path(path)
-    columns, rows = read_rows(path)
+    columns, rows = read_rows(path, role="test set")
     return _scored_pairs(path, columns, rows)
 
 
@@ -463,7 +473,7 @@ def read_binary_pairs(path: str | Path) -> list[tuple[str, str, int]]:
     """(sentence1, sentence2, label) from a file with the columns sentence1, sentence2 and label (else score), each
     0 or 1 (1: the pair is similar, a paraphrase, a duplicate). evaluate.py's pairs:PATH scores these."""
     path = Path(path)
-    columns, rows = read_rows(path)
+    columns, rows = read_rows(path, role="test set")
     label_column = "label" if "label" in columns else "score"
     if not {"sentence1", "sentence2", label_column} <= set(columns):
         raise _missing_columns(path, columns, "sentence1, sentence2 and label (or score), 0 or 1")
@@ -477,32 +487,42 @@ def read_binary_pairs(path: str | Path) -> list[tuple[str, str, int]]:
     return pairs
 
 
-def read_training_file(path: str | Path) -> tuple[str, list[tuple]]:
+def negative_columns(columns: list[str]) -> list[str]:
+    """The hard-negative columns: negative, and negative_1, negative_2, ... in their order (the n-tuple files of
+    sentence-transformers' mine_hard_negatives(output_format="n-tuple"))."""
+    numbered = [c for c in columns if c.startswith("negative_") and c.removeprefix("negative_").isdigit()]
+    return (["negative"] if "negative" in columns else []) + sorted(numbered, key=lambda c: int(c.split("_")[1]))
+
+
+def read_training_file(path: str | Path, score_range: tuple[float, float] | None = None
+                       ) -> tuple[str, list[tuple], list[str]]:
     """Labelled training data, its kind told by the header (or the JSONL keys), first match wins:
 
       sentence1, sentence2, score (or label)   -> ("scored", [(sentence1, sentence2, score)])  CoSENT, cosine regression
       anchor, positive, negative               -> ("triplets", [(anchor, positive, negative)])
+      anchor, positive, negative_1 ... _k      -> ("tuples", [(anchor, positive, negative_1, ..., negative_k)])
       anchor, positive                         -> ("pairs", [(anchor, positive)])  in-batch negatives
-      sentence1, sentence2, negative           -> ("triplets", [(sentence1, sentence2, negative)])
-      sentence1, sentence2                     -> ("pairs", [(sentence1, sentence2)])
+      sentence1, sentence2 [, negative ...]    -> as anchor, positive [, negative ...]
 
-    Other columns are ignored. An NLI file (premise, hypothesis, label) is not one of these: read_nli, then
-    nli_triplets."""
+    Returns (kind, rows, the columns not used), the last for the caller to name. score_range (LOW, HIGH): a score
+    outside it is refused, naming its line. An NLI file (premise, hypothesis, label) is not one of these: read_nli,
+    then nli_triplets."""
     path = Path(path)
-    columns, rows = read_rows(path)
+    columns, rows = read_rows(path, role="pairs file")
+    unused = lambda used: [c for c in columns if c not in used]
     if {"sentence1", "sentence2"} <= set(columns) and ("score" in columns or "label" in columns):
-        return "scored", _scored_pairs(path, columns, rows)
+        score_column = "score" if "score" in columns else "label"
+        return "scored", _scored_pairs(path, columns, rows, score_range), unused(["sentence1", "sentence2",
+                                                                                  score_column])
     if {"anchor", "positive"} <= set(columns):
         first, second = "anchor", "positive"
     elif {"sentence1", "sentence2"} <= set(columns):
         first, second = "sentence1", "sentence2"
     else:
         raise _missing_columns(path, columns, "anchor, positive [, negative], or sentence1, sentence2 [, score]")
-    if "negative" in columns:
-        return "triplets", [(_sentence(path, number, row, first), _sentence(path, number, row, second),
-                             _sentence(path, number, row, "negative")) for number, row in rows]
-    return "pairs", [(_sentence(path, number, row, first), _sentence(path, number, row, second))
-                     for number, row in rows]
+    used = [first, second, *negative_columns(columns)]
+    kind = {2: "pairs", 3: "triplets"}.get(len(used), "tuples")
+    return kind, [tuple(_sentence(path, number, row, c) for c in used) for number, row in rows], unused(used)
 
 
 def nli_triplets(pairs: list[tuple[str, str, int]]) -> list[tuple[str, str, str]]:

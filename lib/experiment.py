@@ -7,7 +7,7 @@ baselines/mlm.py reads its inputs, then calls these steps in order, then train.t
   loader            the training batches (data.make_loader) from the common flags
   held_out_signals  the kept-out items in fixed batches: the dev signals of lib.selection.HeldOut
   settings          train.TrainSettings: the method's recipe, and what the common flags say (FIT: sentence-
-                    transformers' recipe, which ConSERT's official code and fine-tuning follow)
+                    transformers' recipe, which fine-tuning follows; CONSERT_FIT: the official ConSERT code's)
   say_start, say_done   the run's first and last line
 
 What is left in each script is its own: its flags, its objective, its batches (and ConSERT's stage table).
@@ -26,9 +26,14 @@ from lib import cli, corpus, distributed, selection
 from lib.weights import default_model_path
 from model import Bert, SentenceEncoder
 
-# sentence-transformers' fit, which the official ConSERT code runs and finetune.py follows: AdamW with eps 1e-6 and
-# weight decay 0.01, a linear warm-up over 10% of the steps, then linear decay to 0; gradients clipped to norm 1
-FIT = dict(weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1, schedule="linear", grad_clip=1.0)
+# sentence-transformers' fit (SentenceTransformer.fit), which finetune.py follows: PyTorch's AdamW (eps 1e-8) with
+# weight decay 0.01, transformers' linear warm-up from lr 0 over ceil(10%) of the steps (warmup_steps as its examples
+# set it), then linear decay to 0; gradients clipped to norm 1
+FIT = dict(weight_decay=0.01, adam_eps=1e-8, warmup_ratio=0.1, schedule="linear", grad_clip=1.0,
+           lr_factor_fn=train.linear_schedule_with_warmup)
+# ConSERT's: fit as the official ConSERT code ran it (sentence-transformers 0.3: AdamW with eps 1e-6), with
+# train.lr_factor's warm-up over int(10%) of the steps; --optimizer official puts its optimiser and warm-up back
+CONSERT_FIT = dict(weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1, schedule="linear", grad_clip=1.0)
 
 
 def check_run(args: argparse.Namespace) -> torch.device:
@@ -98,7 +103,7 @@ def settings(args: argparse.Namespace, batches: torch.utils.data.DataLoader, car
     eval_fn, log_fn = selection.training_evaluation(args, heldout)
     if eval_fn and eval_pooling:
         score = eval_fn
-        eval_fn = lambda enc: score(SentenceEncoder(enc.bert, enc.tokenizer, eval_pooling, enc.max_length))
+        eval_fn = lambda enc: score(SentenceEncoder(enc.bert, enc.tokenizer, eval_pooling, enc.max_length, enc.source))
     return train.TrainSettings(
         out=Path(out or args.out), steps=steps or epochs * len(batches.batch_sampler), lr=lr, amp=args.amp,
         save_every=args.save_every, resume=args.resume if resume is None else resume, eval_every=args.eval_every,

@@ -7,7 +7,9 @@ resumable state, OUT/checkpoint/, is train.py's.)
   copy_weights                           a checked copy of a folder's tensors into a model's parameters
   read_config, hf_config                 config.json in and out
   load_tokenizer, save_tokenizer         tokenizer.json (or an old folder's vocab.txt)
-  read_pooling, write_sentence_transformers   the sentence-transformers files (1_Pooling/, modules.json, ...)
+  read_modules, read_after_pooling,     the sentence-transformers files: the module stack (modules.json: Transformer,
+  read_pooling, write_sentence_transformers   Pooling, then Normalize, Dense), 1_Pooling/, ...
+  pooler_tensors                         the pooler's weights a saved folder keeps, for transformers
   resolve_model, default_model_path      a folder, a Hub id, or the shipped all-MiniLM-L6-v2
   atomic_dir, recover, write_atomically  write a folder (a file) completely or not at all; put back a killed write
 
@@ -200,6 +202,11 @@ def has_mlm_head(state: dict[str, torch.Tensor], model_type: str) -> bool:
 
 def read_weights(folder: Path, model_type: str) -> dict[str, torch.Tensor]:
     """The tensors of model.safetensors (else pytorch_model.bin), by the family's Hugging Face name."""
+    return normalise_names(read_tensors(folder), ARCHITECTURES[model_type])
+
+
+def read_tensors(folder: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a folder's model.safetensors (else pytorch_model.bin), by the names the file gives them."""
     if (folder / "model.safetensors").exists():
         state = read_safetensors(folder / "model.safetensors")
     elif (folder / "pytorch_model.bin").exists():
@@ -210,7 +217,7 @@ def read_weights(folder: Path, model_type: str) -> dict[str, torch.Tensor]:
             raise ModelLoadError(f"{folder / 'pytorch_model.bin'} is truncated or corrupt ({type(e).__name__})") from None
     else:
         raise ModelLoadError(f"no model.safetensors or pytorch_model.bin in {folder}")
-    return normalise_names(state, ARCHITECTURES[model_type])
+    return state
 
 
 def copy_weights(parameters: dict[str, torch.nn.Parameter], state: dict[str, torch.Tensor], folder: Path) -> None:
@@ -298,15 +305,85 @@ def save_tokenizer(tokenizer: Tokenizer, folder: Path, source: Path | None, mode
 
 
 # ----------------------------------------------------------------------------
-# sentence-transformers' files: the pooling and the maximum length travel with the folder
+# sentence-transformers' files: the module stack, the pooling and the maximum length travel with the folder
+#
+# modules.json lists a SentenceTransformer's modules in order, each with its folder: Transformer (the folder itself),
+# Pooling (1_Pooling/), then any that act on the pooled vector: Normalize (2_Normalize/, unit length) and Dense
+# (2_Dense/: activation(W s + b)). A saved folder keeps the base folder's whole stack (write_sentence_transformers);
+# model.after_pooling applies the modules after Pooling when encoding.
 
-POOLING_MODES = ("cls", "mean", "max")  # what 1_Pooling/config.json can say
+POOLING_MODES = ("cls", "mean", "max")  # what a Pooling's config.json can say
+AFTER_POOLING = ("Normalize", "Dense")  # the modules after Pooling that model.after_pooling applies
+PLAIN_STACK = [  # what sentence-transformers builds for a folder without modules.json (a plain Hugging Face one)
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+]
+
+
+def module_kind(entry: dict) -> str:
+    """A modules.json entry's class: "Normalize" for sentence_transformers.models.Normalize and for version 5's
+    sentence_transformers.base.modules.normalize.Normalize alike."""
+    return str(entry.get("type", "")).rsplit(".", 1)[-1]
+
+
+def read_modules(folder: Path) -> list[dict]:
+    """modules.json's entries (idx, name, path, type) in order, checked: a Transformer, a Pooling, then only
+    modules that model.after_pooling applies. A folder without modules.json: Transformer + Pooling."""
+    path = Path(folder) / "modules.json"
+    stack = read_json(path, missing=None)
+    if stack is None:
+        return [dict(entry) for entry in PLAIN_STACK]
+    if not isinstance(stack, list) or not all(isinstance(e, dict) and "path" in e and "type" in e for e in stack):
+        raise ModelLoadError(f"{path}: want a list of modules, each with a path and a type")
+    kinds = [module_kind(entry) for entry in stack]
+    if kinds[:2] != ["Transformer", "Pooling"]:
+        raise ModelLoadError(f"{path}: the modules are {', '.join(kinds)}; this encoder reads a Transformer, then a "
+                             "Pooling, then any of " + ", ".join(AFTER_POOLING))
+    for entry, kind in zip(stack[2:], kinds[2:]):
+        if kind not in AFTER_POOLING:
+            raise ModelLoadError(f"{path}: module {entry.get('idx', '?')} ({entry['type']}) is not one this encoder "
+                                 f"applies after pooling ({', '.join(AFTER_POOLING)})")
+    return stack
+
+
+def read_after_pooling(folder: Path) -> list[dict]:
+    """The modules after Pooling as model.after_pooling applies them, in order: {"kind": "Normalize"}, or
+    {"kind": "Dense", "weight": W (out, in), "bias": b (out,) or None, "activation": a torch.nn class name}."""
+    head = []
+    for entry in read_modules(folder)[2:]:
+        where = Path(folder) / entry["path"]
+        config = read_json(where / "config.json", missing=None) or {}
+        unusual = {k: v for k, v in config.items() if k in ("module_input_name", "module_output_name")
+                   and v not in (None, "sentence_embedding")}
+        if unusual or config.get("use_residual"):
+            raise ModelLoadError(f"{where / 'config.json'}: a {module_kind(entry)} with "
+                                 f"{unusual or {'use_residual': True}} is not one this encoder applies")
+        if module_kind(entry) == "Normalize":
+            head.append({"kind": "Normalize"})
+            continue
+        activation = str(config.get("activation_function", "torch.nn.modules.activation.Tanh"))
+        name = activation.rsplit(".", 1)[-1]
+        if not activation.startswith("torch.nn.") or not isinstance(getattr(torch.nn, name, None), type):
+            raise ModelLoadError(f"{where / 'config.json'}: activation_function {activation} is not a torch.nn class")
+        state = read_tensors(where)
+        head.append({"kind": "Dense", "weight": state["linear.weight"].float(), "activation": name,
+                     "bias": state["linear.bias"].float() if "linear.bias" in state else None})
+    return head
+
+
+def pooling_folder(folder: Path) -> str:
+    """The Pooling's folder inside a model folder, as modules.json names it (1_Pooling without one)."""
+    return read_modules(folder)[1]["path"]
 
 
 def read_pooling(folder: Path) -> str | None:
-    cfg = read_json(folder / "1_Pooling" / "config.json", missing=None)
+    """The Pooling's mode, when it is one of POOLING_MODES: the config's pooling_mode (sentence-transformers 5 and
+    later) or its pooling_mode_* flags (earlier)."""
+    cfg = read_json(Path(folder) / pooling_folder(folder) / "config.json", missing=None) or {}
+    if cfg.get("pooling_mode") in POOLING_MODES:
+        return cfg["pooling_mode"]
     for mode in POOLING_MODES:
-        if cfg and cfg.get(f"pooling_mode_{'cls_token' if mode == 'cls' else mode + '_tokens'}"):
+        if cfg.get(f"pooling_mode_{'cls_token' if mode == 'cls' else mode + '_tokens'}"):
             return mode
     return None
 
@@ -315,20 +392,58 @@ def read_max_length(folder: Path) -> int | None:
     return (read_json(folder / "sentence_bert_config.json", missing=None) or {}).get("max_seq_length")
 
 
-def write_sentence_transformers(folder: Path, pooling: str, max_length: int, dimension: int) -> None:
-    write_json(folder / "sentence_bert_config.json", {"max_seq_length": max_length, "do_lower_case": False})
-    write_json(folder / "modules.json", [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-    ])
-    (folder / "1_Pooling").mkdir()
-    write_json(folder / "1_Pooling" / "config.json", {
+def write_sentence_transformers(folder: Path, pooling: str, max_length: int, dimension: int,
+                                source: Path | None) -> None:
+    """sentence-transformers' files: the source folder's module stack (read_modules) in its modules.json, its
+    Pooling saying `pooling` over `dimension`, the Transformer's settings saying `max_length`, and every module after
+    Pooling (Normalize, Dense) with its folder copied as it is (we never train them), and the source's
+    config_sentence_transformers.json (its similarity function, its prompts)."""
+    stack = read_modules(source) if source is not None else [dict(entry) for entry in PLAIN_STACK]
+    stack[0] = {**stack[0], "path": ""}  # the Transformer: the folder itself, where save_pretrained writes it
+    settings = (read_json(source / "sentence_bert_config.json", missing=None) if source is not None else None) or {}
+    write_json(folder / "sentence_bert_config.json", {"do_lower_case": False, **settings, "max_seq_length": max_length})
+    write_json(folder / "modules.json", stack)
+    base = read_json(source / stack[1]["path"] / "config.json", missing=None) if source is not None else None
+    kept = {k: v for k, v in (base or {}).items()  # include_prompt and the like; the mode and width are ours
+            if not k.startswith("pooling_mode") and k not in ("word_embedding_dimension", "embedding_dimension")}
+    (folder / stack[1]["path"]).mkdir(parents=True)
+    write_json(folder / stack[1]["path"] / "config.json", {
         "word_embedding_dimension": dimension,
         "pooling_mode_cls_token": pooling == "cls",
         "pooling_mode_mean_tokens": pooling == "mean",
         "pooling_mode_max_tokens": pooling == "max",
         "pooling_mode_mean_sqrt_len_tokens": False,
+        **kept,
     })
+    for entry in stack[2:]:  # a module without files (Normalize, often) has no folder to copy
+        if (source / entry["path"]).is_dir():
+            shutil.copytree(source / entry["path"], folder / entry["path"])
+    if source is not None and (source / "config_sentence_transformers.json").exists():
+        shutil.copyfile(source / "config_sentence_transformers.json", folder / "config_sentence_transformers.json")
+
+
+# The transformers classes of these families build a pooler (pooler.dense: tanh(W h_[CLS] + b)) that no sentence
+# vector here uses: a saved folder keeps the base's (pooler_tensors), so that transformers loads it whole.
+POOLER_TYPES = ("bert", "roberta", "xlm-roberta", "mpnet")
+
+
+def pooler_tensors(source: Path | None, values: dict) -> dict[str, torch.Tensor]:
+    """The pooler's tensors for a saved folder of model.BertConfig's `values`: the source folder's, as they are, or
+    for a source without them (a *ForMaskedLM checkpoint) new ones drawn as transformers draws them (N(0,
+    initializer_range), bias 0) from a fixed seed, so that transformers reports no weight missing. Nothing for a
+    family without a pooler."""
+    if values["model_type"] not in POOLER_TYPES:
+        return {}
+    prefix = ARCHITECTURES[values["model_type"]].prefix
+    state = read_tensors(source) if source is not None else {}
+    names = {name: name.removeprefix(prefix) for name in state}
+    kept = {ours: state[name] for name, ours in names.items() if ours.startswith("pooler.")}
+    if kept:
+        return kept
+    d = values["hidden_size"]
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(d, d, generator=generator) * values.get("initializer_range", 0.02)
+    return {"pooler.dense.weight": weight, "pooler.dense.bias": torch.zeros(d)}
 
 
 # ----------------------------------------------------------------------------
@@ -337,7 +452,8 @@ def write_sentence_transformers(folder: Path, pooling: str, max_length: int, dim
 # What a checkpoint needs from a Hub repository: config, tokenizer, sentence-transformers settings, weights.
 HUB_FILES = ["config.json", "tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "tokenizer_config.json",
              "special_tokens_map.json",
-             "sentence_bert_config.json", "modules.json", "1_Pooling/config.json"]
+             "sentence_bert_config.json", "modules.json", "config_sentence_transformers.json",
+             "[0-9]*_*/*"]  # each module's folder: 1_Pooling/config.json, 2_Dense/{config.json, model.safetensors}, ...
 
 
 def resolve_model(name: str | Path) -> Path:

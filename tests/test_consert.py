@@ -690,7 +690,7 @@ def test_official_optimizer_is_adamw_without_bias_correction_warmed_up_from_zero
         expected = expected - 0.1 * 0.01 * expected
     torch.testing.assert_close(p.detach(), expected)
     settings = train.TrainSettings(out=tmp_path, steps=95, lr=1.0, warmup_ratio=0.1, schedule="linear",
-                                   lr_factor_fn=consert_train.official_lr_factor)  # warm-up: ceil(9.5) = 10 steps
+                                   lr_factor_fn=train.linear_schedule_with_warmup)  # warm-up: ceil(9.5) = 10 steps
     assert [train.lr_factor(step, settings) for step in (0, 5, 10)] == [0.0, 0.5, 1.0]
     assert train.lr_factor(0, dataclasses.replace(settings, lr_factor_fn=None)) == 1 / 9  # int(9.5) steps
     assert consert_train.parse_args(["--corpus", "x"]).optimizer == "official"  # the default

@@ -111,14 +111,25 @@ def st_features(theirs, texts):
     return theirs.tokenize(texts)
 
 
-@pytest.mark.parametrize("kind", ["pairs", "triplets", "cosent", "cosine"])
-def test_objective_equals_the_reference_on_minilm(models, data_dir, kind):
+@pytest.mark.parametrize("kind", ["pairs", "triplets", "tuples", "cosent", "cosine"])
+def test_objective_equals_the_reference_on_minilm(models, data_dir, kind, tmp_path):
     """Eval mode (no dropout): the same batch through our encoder and SupervisedLoss, and through
     sentence-transformers' model and loss, to 1e-5 (the two encoders' vectors differ by about 1e-7); the
-    gradient with respect to the word embeddings too."""
+    gradient with respect to the word embeddings too. tuples: a file as mine_hard_negatives(output_format=
+    "n-tuple") writes it (anchor, positive, negative_1 ... negative_3), every negative column in the loss."""
     ours, theirs = models
     pairs = datafiles.load_stsb(data_dir / "stsbenchmark" / "sts-dev.csv")[::100][:12]
-    if kind in ("cosent", "cosine"):
+    if kind == "tuples":
+        path = tmp_path / "mined.jsonl"
+        path.write_text("".join(json.dumps({"anchor": a, "positive": b, **{f"negative_{k}": pairs[(i + 3 * k) % 12][1]
+                                                                           for k in (1, 2, 3)}}) + "\n"
+                                for i, (a, b, _) in enumerate(pairs)), encoding="utf-8")
+        _, rows, unused = datafiles.read_training_file(path)
+        columns, labels = finetune_train.columns_of("tuples", rows), None
+        assert columns == ("anchor", "positive", "negative_1", "negative_2", "negative_3") and not unused
+        texts = [[row[k] for row in rows] for k in range(len(columns))]
+        reference, objective = st_losses().MultipleNegativesRankingLoss(theirs), SupervisedLoss(ours)
+    elif kind in ("cosent", "cosine"):
         rows = [(a, b, s / 5 if kind == "cosine" else s) for a, b, s in pairs]
         columns, texts = ("sentence1", "sentence2", "score"), [[a for a, _, _ in rows], [b for _, b, _ in rows]]
         labels = torch.tensor([s for *_, s in rows])
@@ -272,3 +283,64 @@ def test_bad_flags_and_dev_files_fail_in_one_line(files, tmp_path):
     with pytest.raises(SystemExit) as stopped:  # argparse's own exit: code 2, one line on stderr
         finetune_train.parse_args(["--pairs", "x.tsv", "--score-range", "5,0"])
     assert stopped.value.code == 2
+
+
+# ----------------------------------------------------------------------------
+# The optimiser and the schedule: sentence-transformers' fit
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("steps", [25, 7, 100])
+def test_the_schedule_and_the_optimizer_are_those_of_sentence_transformers_fit(steps, tmp_path):
+    """finetune's lr factors are transformers' get_linear_schedule_with_warmup with warmup_steps = ceil(10% of the
+    steps) (the reference examples' setting): from 0, step by step; its AdamW is fit's default (PyTorch's: eps 1e-8),
+    with fit's weight decay and gradient clipping."""
+    import inspect
+    import math
+
+    import train
+    from lib import experiment
+    from sentence_transformers import SentenceTransformer
+    from transformers import get_linear_schedule_with_warmup
+
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=1.0)
+    schedule = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=math.ceil(0.1 * steps),
+                                               num_training_steps=steps)
+    theirs = []
+    for _ in range(steps):
+        theirs.append(optimizer.param_groups[0]["lr"])  # the lr the optimiser's step uses
+        optimizer.step()
+        schedule.step()
+    settings = train.TrainSettings(out=tmp_path, steps=steps, lr=1.0, **experiment.FIT)
+    ours = [train.lr_factor(step, settings) for step in range(steps)]
+    assert ours == pytest.approx(theirs, abs=1e-12)
+    fit = inspect.signature(SentenceTransformer.fit).parameters
+    assert fit["optimizer_class"].default is torch.optim.AdamW and "eps" not in fit["optimizer_params"].default
+    adamw = train.make_optimizer(torch.nn.Linear(2, 2), settings, torch.device("cpu"))
+    assert isinstance(adamw, torch.optim.AdamW)
+    assert adamw.defaults["eps"] == inspect.signature(torch.optim.AdamW).parameters["eps"].default == 1e-8
+    assert settings.weight_decay == fit["weight_decay"].default and settings.grad_clip == fit["max_grad_norm"].default
+
+
+# ----------------------------------------------------------------------------
+# What the file holds and the command does not use, or should not get
+
+
+@pytest.mark.quick
+def test_columns_the_command_does_not_read_are_named_in_one_line(tmp_path, capsys):
+    path = tmp_path / "mined.tsv"
+    path.write_text("id\tanchor\tpositive\tnegative_2\tnegative_1\tsource\n7\ta\tb\tn2\tn1\tweb\n", encoding="utf-8")
+    kind, rows = finetune_train.read_examples(finetune_train.parse_args(["--pairs", str(path)]))
+    assert (kind, rows) == ("tuples", [("a", "b", "n1", "n2")])  # every negative, in their numbers' order
+    assert capsys.readouterr().out == f"--pairs {path}: not used: the columns id, source\n"
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("loss", ["cosine", "cosent"])
+def test_a_score_outside_the_score_range_is_refused_with_its_line(tmp_path, loss):
+    path = tmp_path / "scored.tsv"
+    path.write_text("sentence1\tsentence2\tscore\na\tb\t4.5\n\nc\td\t-0.4\n", encoding="utf-8")
+    message = one_line_error("--pairs", path, "--loss", loss, "--score-range", "0,5", "--out", tmp_path / "out")
+    assert message == f"error: {path} line 4: score '-0.4' is outside the score range 0,5"
+    assert not (tmp_path / "out").exists()

@@ -86,16 +86,18 @@ def test_scored_and_binary_pairs_in_each_format(tmp_path, suffix):
 @pytest.mark.parametrize("suffix", FORMATS)
 def test_training_file_kinds_in_each_format(tmp_path, suffix):
     """The header decides the kind: a score or label with sentence1/sentence2 -> scored; anchor/positive or
-    sentence1/sentence2 -> pairs; with negative too -> triplets."""
+    sentence1/sentence2 -> pairs; with negative too -> triplets; with negative_1 ... negative_k -> tuples."""
     a, b, c, d = SENTENCES
     cases = [(["sentence1", "sentence2", "label"], [[a, b, 1], [c, d, 0.5]], "scored", [(a, b, 1.0), (c, d, 0.5)]),
              (["anchor", "positive"], [[a, b], [c, d]], "pairs", [(a, b), (c, d)]),
              (["sentence1", "sentence2"], [[a, b]], "pairs", [(a, b)]),
              (["anchor", "positive", "negative", "source"], [[a, b, c, "web"]], "triplets", [(a, b, c)]),
-             (["sentence1", "sentence2", "negative"], [[a, b, d]], "triplets", [(a, b, d)])]
+             (["sentence1", "sentence2", "negative"], [[a, b, d]], "triplets", [(a, b, d)]),
+             (["anchor", "positive", "negative_1", "negative_2"], [[a, b, c, d]], "tuples", [(a, b, c, d)])]
     for i, (columns, rows, kind, expected) in enumerate(cases):
         path = write_table(tmp_path / f"train{i}{suffix}", columns, rows)
-        assert datafiles.read_training_file(path) == (kind, expected), columns
+        unused = ["source"] if "source" in columns else []
+        assert datafiles.read_training_file(path) == (kind, expected, unused), columns
 
 
 def test_format_by_extension_else_by_the_first_line(tmp_path):
@@ -185,6 +187,24 @@ def test_missing_folder_and_binary_files(tmp_path):
     assert one_line_error(datafiles.read_rows, tmp_path).startswith(f"{tmp_path}: not a file")
     (tmp_path / "b.tsv").write_bytes(b"sentence1\tsentence2\x00\x01\x02")
     assert "binary file" in one_line_error(datafiles.read_rows, tmp_path / "b.tsv")
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("numbers", ["counting", "random"])
+def test_float32_data_is_called_binary_and_each_file_by_its_role(tmp_path, numbers):
+    """float32 numbers (with NUL bytes, or drawn at random with none) are a binary file, not UTF-16 without a
+    byte-order mark; the message says what the file was given as: pairs file, test set, NLI file. Text in UTF-16
+    without its mark is still told as such."""
+    values = np.arange(256) if numbers == "counting" else np.random.default_rng(0).standard_normal(256)
+    path = tmp_path / "vectors.tsv"
+    path.write_bytes(values.astype(np.float32).tobytes())
+    for reader, role in [(datafiles.read_training_file, "pairs file"), (datafiles.read_scored_pairs, "test set"),
+                         (datafiles.read_binary_pairs, "test set"), (datafiles.read_nli, "NLI file")]:
+        assert one_line_error(reader, path) == (f"{role} {path} looks like a binary file, not text; give a UTF-8 "
+                                                "text file")
+    path.write_bytes("sentence1\tsentence2\tscore\na\tb\t1\n".encode("utf-16-le"))
+    assert one_line_error(datafiles.read_training_file, path).startswith(
+        f"pairs file {path} looks like UTF-16 without a byte-order mark")
 
 
 # ---------------------------------------------------------------------------
