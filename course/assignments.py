@@ -476,9 +476,10 @@ as_user=()
 if [ "$(id -u)" = 0 ]; then
     # The student's code runs as a user of its own (as Autograder.io does it): the grader, this folder and the
     # results are root's alone; the tests run in a copy that user owns.
-    id -u student >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin student 2>/dev/null
-    if id -u student >/dev/null 2>&1; then as_user=(--as-user student); else as_user=(--as-user nobody); fi
+    user=${AUTOGRADER_USER:-student}
+    id -u "$user" >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin "$user"
     chmod -R go-rwx "$here" "$results"
+    as_user=(--as-user "$user")
 fi
 if [ -z "${EVAL_DATA_DIR:-}" ] && [ -d /autograder/data ]; then export EVAL_DATA_DIR=/autograder/data; fi
 cd "$here/repo" && python3 course/assignments.py grade EXERCISES --student "$submission" --json "$results/results.json" \

@@ -229,7 +229,9 @@ QUICK = {
                          "test_a_corrupt_file_is_refused_and_nothing_is_left_behind"],
     "test_inspect.py": ["test_no_value_can_break_the_yaml", "test_corpus_fingerprint_and_command_line"],
     "test_architectures.py": ["test_an_unsupported_type_names_the_supported_ones"],
-    "test_assignments.py": ["test_student_copy_keeps_signatures_and_docstrings_and_blanks_the_rest"],
+    "test_assignments.py": ["test_student_copy_keeps_signatures_and_docstrings_and_blanks_the_rest",
+                            "test_what_happened_to_each_test_has_its_own_words",
+                            "test_the_marker_rule_is_the_same_for_the_students_check_and_for_grading"],
     "test_docs.py": ["test_command_parses", "test_named_code_exists"],
 }
 
