@@ -9,21 +9,25 @@
     python course/assignments.py grade 3 --json results.json    # also write Gradescope's results.json
     python course/assignments.py make-autograder autograder.zip # Gradescope's autograder, to upload as it is
 
-An exercise is a function (or method) of the plain reading path marked, on the line above its `def`, with a
+An exercise is a function (or method) of the plain reading path marked, above its `def` (blank lines between), with a
 comment `# Exercise N (ASSIGNMENTS.md)`. The student copy keeps its signature and docstring and replaces the
 rest of its body with `raise NotImplementedError`. Grading runs the exercise's tests (TESTS below) with pytest;
 tests/test_assignments.py checks that each one fails on the student copy and passes on this solution.
 
 Held-back tests (HELD_BACK below) are the cases a student does not see: make-student leaves those test functions
 out of the copy (--with-held-back keeps them) and empties HELD_BACK in the copy's assignments.py. `grade --student
-DIR` runs them: it copies this repository (the files git tracks) to a temporary folder, puts into it the student's
-marked functions of the graded exercises and nothing else of theirs (spliced), and runs TESTS and HELD_BACK there.
-A held-back entry names a whole test function (no [parametrisation]): the copy loses all its cases and grading
-runs all of them. Each test may run TEST_TIMEOUT seconds (tests/conftest.py): a function that never returns fails.
+DIR` runs them: it copies this repository (the files git tracks) to a temporary folder with every exercise blanked
+(no reference body in the student's code's reach), puts into it the student's marked functions of the graded
+exercises and nothing else of theirs (spliced), and runs TESTS and HELD_BACK there; the exercises not graded get the
+stand-ins of tests/stand_ins.py (tests/conftest.py), so each exercise is graded alone. A held-back entry names a
+whole test function (no [parametrisation]): the copy loses all its cases and grading runs all of them. Each test
+may run TEST_TIMEOUT seconds (tests/conftest.py): a function that never returns fails.
 
-`--json FILE` scores each exercise 1 when every one of its tests passes and 0 otherwise, in Gradescope's layout
-{"score", "tests": [{"name", "score", "max_score", "visibility", "output"}]}, read from pytest's --junitxml report.
-The output names each failing public test with its message and each failing held-back test by what it checks.
+`grade` reads what happened to each test from course/report.py's lines (passed, failed, timed out, did not run,
+crashed the grader), prints it with each message whole, and exits 0 only when every graded test passed. `--json
+FILE` scores each exercise 1 when every one of its tests passed and 0 otherwise, in Gradescope's layout
+{"score", "tests": [{"name", "score", "max_score", "visibility", "output"}]}: the output names each public test that
+did not pass with its outcome and message, and each held-back one by its outcome and what it checks.
 """
 from __future__ import annotations
 
