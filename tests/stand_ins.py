@@ -79,8 +79,10 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float, same: torch.
 
 
 def span_mask(attention_mask: torch.Tensor, rate: float) -> torch.Tensor:
-    """Exercise 10's stand-in, not its view: the first max(int(n (1 - rate)), 1) real tokens (no random start)."""
-    keep = (attention_mask.sum(1, keepdim=True).double() * (1 - rate)).long().clamp(min=1)  # (B, 1)
+    """Exercise 10's stand-in, not its view: the first k real tokens, k drawn from 1..n (neither the promised length
+    nor a random start)."""
+    n = attention_mask.sum(1, keepdim=True)  # (B, 1)
+    keep = (torch.rand(n.shape, device=n.device) * n).long() + 1  # (B, 1)
     t = torch.arange(attention_mask.shape[1], device=attention_mask.device)[None, :]  # (1, L)
     return (t < keep).to(attention_mask.dtype)
 
