@@ -9,21 +9,25 @@
     python course/assignments.py grade 3 --json results.json    # also write Gradescope's results.json
     python course/assignments.py make-autograder autograder.zip # Gradescope's autograder, to upload as it is
 
-An exercise is a function (or method) of the plain reading path marked, on the line above its `def`, with a
+An exercise is a function (or method) of the plain reading path marked, above its `def` (blank lines between), with a
 comment `# Exercise N (ASSIGNMENTS.md)`. The student copy keeps its signature and docstring and replaces the
 rest of its body with `raise NotImplementedError`. Grading runs the exercise's tests (TESTS below) with pytest;
 tests/test_assignments.py checks that each one fails on the student copy and passes on this solution.
 
 Held-back tests (HELD_BACK below) are the cases a student does not see: make-student leaves those test functions
 out of the copy (--with-held-back keeps them) and empties HELD_BACK in the copy's assignments.py. `grade --student
-DIR` runs them: it copies this repository (the files git tracks) to a temporary folder, puts into it the student's
-marked functions of the graded exercises and nothing else of theirs (spliced), and runs TESTS and HELD_BACK there.
-A held-back entry names a whole test function (no [parametrisation]): the copy loses all its cases and grading
-runs all of them. Each test may run TEST_TIMEOUT seconds (tests/conftest.py): a function that never returns fails.
+DIR` runs them: it copies this repository (the files git tracks) to a temporary folder with every exercise blanked
+(no reference body in the student's code's reach), puts into it the student's marked functions of the graded
+exercises and nothing else of theirs (spliced), and runs TESTS and HELD_BACK there; the exercises not graded get the
+stand-ins of tests/stand_ins.py (tests/conftest.py), so each exercise is graded alone. A held-back entry names a
+whole test function (no [parametrisation]): the copy loses all its cases and grading runs all of them. Each test
+may run TEST_TIMEOUT seconds (tests/conftest.py): a function that never returns fails.
 
-`--json FILE` scores each exercise 1 when every one of its tests passes and 0 otherwise, in Gradescope's layout
-{"score", "tests": [{"name", "score", "max_score", "visibility", "output"}]}, read from pytest's --junitxml report.
-The output names each failing public test with its message and each failing held-back test by what it checks.
+`grade` reads what happened to each test from course/report.py's lines (passed, failed, timed out, did not run,
+crashed the grader), prints it with each message whole, and exits 0 only when every graded test passed. `--json
+FILE` scores each exercise 1 when every one of its tests passed and 0 otherwise, in Gradescope's layout
+{"score", "tests": [{"name", "score", "max_score", "visibility", "output"}]}: the output names each public test that
+did not pass with its outcome and message, and each held-back one by its outcome and what it checks.
 """
 from __future__ import annotations
 
@@ -36,7 +40,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,6 +71,8 @@ TESTS = {
     7: ["tests/test_consert.py::test_shuffle_permutes_real_positions_and_equals_hf_with_those_position_ids[plain]",
         "tests/test_consert.py::test_views_draw_fresh_randomness_on_every_call"],
     8: ["tests/test_consert.py::test_nt_xent_equals_a_double_loop",
+        "tests/test_consert.py::test_nt_xent_backpropagates_the_double_loops_gradient_to_both_views",
+        "tests/test_consert.py::test_nt_xent_is_one_matrix_product_with_no_loop_over_the_items",
         "tests/test_consert.py::test_nt_xent_is_lower_for_identical_views_than_for_views_shuffled_across_sentences",
         "tests/test_consert.py::test_a_copy_of_a_sentence_in_the_batch_is_not_its_negative"],
     9: ["tests/test_evaluate.py::test_average_precision_hand_cases", "tests/test_evaluate.py::test_average_precision_matches_sklearn",
@@ -113,10 +118,23 @@ HELD_BACK = {
 }
 
 
+def marker_lines(source: str) -> dict[int, int]:
+    """{line of the def a marker names: the exercise number} (1-based): a marker names the first line after it that
+    is not blank, the same rule for the student's own check (`grade`), the student copy and grading."""
+    lines, found = source.splitlines(), {}
+    for i, line in enumerate(lines):
+        if m := MARKER.match(line):
+            j = i + 1
+            while j < len(lines) and not lines[j].strip():
+                j += 1
+            found[j + 1] = int(m.group(1))
+    return found
+
+
 def marked_spans(source: str, name: str = "source") -> dict[tuple[int, str], tuple[int, int]]:
     """{(exercise number, Class.function name): (its def line, its last line)} of every marked function of a
     source, in file order (lines 1-based)."""
-    marked = {i + 2: int(m.group(1)) for i, line in enumerate(source.splitlines()) if (m := MARKER.match(line))}
+    marked = marker_lines(source)
     spans = {}
     for node in ast.parse(source).body:
         inside = node.body if isinstance(node, ast.ClassDef) else [node]
@@ -125,7 +143,8 @@ def marked_spans(source: str, name: str = "source") -> dict[tuple[int, str], tup
                 qualified = f"{node.name}.{f.name}" if isinstance(node, ast.ClassDef) else f.name
                 spans[(marked.pop(f.lineno), qualified)] = (f.lineno, f.end_lineno)
     if marked:
-        raise ValueError(f"{name}: an exercise marker must sit right above a def (lines {sorted(marked)})")
+        raise ValueError(f"{name}: an exercise marker must sit above a def, with at most blank lines between "
+                         f"(the lines after the markers: {sorted(marked)})")
     return spans
 
 
@@ -159,7 +178,7 @@ def blank(source: str, numbers: set[int], message: str | None = None) -> str:
     (its signature and docstring kept), whose message is "Exercise N: " and `message` (default: see ASSIGNMENTS.md):
     lib/cli.run knows an unwritten exercise by that start."""
     lines = source.splitlines(keepends=True)
-    marked = {i + 2: int(m.group(1)) for i, line in enumerate(lines) if (m := MARKER.match(line))}  # def's line number
+    marked = marker_lines(source)  # {def's line number: exercise}
     cuts = []  # (first body line, last line, indent, exercise) of each function to blank, 1-based
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and marked.get(node.lineno) in numbers:
@@ -175,6 +194,20 @@ def blank(source: str, numbers: set[int], message: str | None = None) -> str:
         stub = f"{indent}raise NotImplementedError({f'Exercise {number}: ' + (message or 'see ASSIGNMENTS.md')!r})\n"
         lines[first - 1 : last] = [stub]
     return "".join(lines)
+
+
+def is_written(function) -> bool:
+    """False for a marked function whose body the student copy blanked: it only raises NotImplementedError("Exercise
+    N: ..."). tests/conftest.py gives such a function's callers a stand-in when another exercise is graded."""
+    import inspect
+    import textwrap
+
+    node = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0]
+    body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+    stub = len(body) == 1 and isinstance(body[0], ast.Raise) and isinstance(body[0].exc, ast.Call) \
+        and getattr(body[0].exc.func, "id", None) == "NotImplementedError" and body[0].exc.args \
+        and isinstance(body[0].exc.args[0], ast.Constant) and str(body[0].exc.args[0].value).startswith("Exercise ")
+    return not stub
 
 
 def without_functions(source: str, names: set[str]) -> str:
@@ -214,11 +247,16 @@ def repository_files(root: Path = ROOT) -> list[str]:
             if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(".pyc")]
 
 
-def copy_repository(out: Path) -> None:
-    """The repository's files (repository_files) into `out`."""
+def copy_repository(out: Path, blanked: bool = False) -> None:
+    """The repository's files (repository_files) into `out`; blanked: with every exercise's body replaced by
+    `raise NotImplementedError` (the grader's copies: no reference body of an exercise within the student's code's
+    reach; the tests give the exercises not graded a stand-in, tests/stand_ins.py)."""
     for name in repository_files():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, out / name)
+    if blanked:
+        for name in SOURCES:
+            (out / name).write_text(blank((ROOT / name).read_text(encoding="utf-8"), set(TESTS)), encoding="utf-8")
 
 
 def make_student(out: Path, numbers: set[int], with_held_back: bool = False) -> None:
@@ -240,22 +278,56 @@ def make_student(out: Path, numbers: set[int], with_held_back: bool = False) -> 
     script.write_text(without_held_back_list(script.read_text(encoding="utf-8")), encoding="utf-8")
 
 
-def junit_outcomes(report: Path) -> dict[str, str | None]:
-    """{test id: None if it passed, else what went wrong} from pytest's --junitxml report; a test file that
-    failed to import appears under its module name, with the error's last line."""
-    outcomes: dict[str, str | None] = {}
-    if not report.is_file():  # pytest stopped before writing it
-        return outcomes
-    for case in ET.parse(report).getroot().iter("testcase"):
-        module, name = case.get("classname", ""), case.get("name", "")
-        problem = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
-        if problem is None:
-            why = None
-        elif module:
-            why = problem.get("message") or problem.tag
-        else:  # a file that failed to import: the message says only "collection failure", the text's last line why
-            why = re.sub(r"^E\s+", "", ((problem.text or "").strip().splitlines() or [problem.tag])[-1])
-        outcomes[f"{module.replace('.', '/')}.py::{name}" if module else name] = why
+# What happened to a test, in the words the student reads (tests/test_assignments.py checks each one).
+PASSED, FAILED, TIMED_OUT, DID_NOT_RUN, CRASHED = "passed", "failed", "timed out", "did not run", "crashed the grader"
+TIMEOUT_MESSAGE = "timed out after"  # how tests/conftest.py's time limit fails a test
+
+
+def read_report(report: Path) -> list[dict]:
+    """course/report.py's lines; a last line cut short by a dying process is left out."""
+    records = []
+    for line in (report.read_text(encoding="utf-8").splitlines() if report.is_file() else []):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return records
+
+
+def outcome_of(records: list[dict]) -> tuple[str, str]:
+    """(outcome, message) of one test case from its report lines (started, then setup / call / teardown)."""
+    failed = [r for r in records if r.get("outcome") == "failed"]
+    if failed:
+        message = re.sub(r"^Failed: ", "", failed[0]["message"] or "")  # pytest.fail's prefix
+        return (TIMED_OUT if message.startswith(TIMEOUT_MESSAGE) else FAILED), message
+    skipped = [r for r in records if r.get("outcome") == "skipped"]
+    if skipped:
+        return DID_NOT_RUN, f"skipped ({re.sub(r'^Skipped: ', '', skipped[0]['message'] or '')})"
+    if any(r.get("event") == "call" and r.get("outcome") == "passed" for r in records):
+        return PASSED, ""
+    return CRASHED, ("the test process ended inside this test (os._exit, exit, a crash of Python or a kill), so no "
+                     "test after it ran")
+
+
+def test_outcomes(report: Path, tests: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """{test case: (outcome, message)} of every case of `tests` (a test function without [parameters] stands for all
+    its cases), from course/report.py's report; a test with no case in it did not run, and the message says why."""
+    records = read_report(report)
+    not_loaded = [r["message"] for r in records if r["event"] == "collect"]
+    cases: dict[str, list[dict]] = {}
+    for r in records:
+        if r["event"] != "collect":
+            cases.setdefault(r["test"], []).append(r)
+    crashed = [case for case, lines in cases.items() if outcome_of(lines)[0] == CRASHED]
+    outcomes = {}
+    for test in tests:
+        found = [case for case in cases if case == test or ("[" not in test and case.startswith(test + "["))]
+        for case in found:
+            outcomes[case] = outcome_of(cases[case])
+        if not found:
+            outcomes[test] = (DID_NOT_RUN, f"its test file did not load: {not_loaded[0]}" if not_loaded else
+                              f"the grader crashed before it, in {crashed[0]}" if crashed else
+                              "pytest never reached it (the test process did not start, or stopped early: -x)")
     return outcomes
 
 
@@ -264,33 +336,40 @@ def tests_of(number: int, with_held_back: bool) -> list[str]:
     return TESTS[number] + (list(HELD_BACK.get(number, {})) if with_held_back else [])
 
 
-def exercise_results(number: int, outcomes: dict[str, str | None], with_held_back: bool) -> list[dict]:
+def exercise_outcomes(number: int, outcomes: dict[str, tuple[str, str]],
+                      with_held_back: bool) -> list[tuple[str, bool, str, str]]:
+    """(test case, held back?, outcome, message) of each case of the exercise's tests."""
+    held_back = HELD_BACK.get(number, {}) if with_held_back else {}
+    return [(case, test in held_back, *result) for test in tests_of(number, with_held_back)
+            for case, result in outcomes.items() if case == test or ("[" not in test and case.startswith(test + "["))]
+
+
+def described(number: int, case: str, held_back: bool, outcome: str, message: str) -> str:
+    """One line (or more: the message whole) for the student: a public test by its name, outcome and message; a
+    held-back one by what it checks (HELD_BACK), never by its name, its cases or its message."""
+    if held_back:
+        return f"held-back test {outcome}: {HELD_BACK[number][case.split('[')[0]]}"
+    return f"{case}: {outcome}: {message}" if message else f"{case}: {outcome}"
+
+
+def exercise_results(number: int, outcomes: dict[str, tuple[str, str]], with_held_back: bool) -> list[dict]:
     """The exercise's entries of Gradescope's results.json: one worth 1 point when all its tests pass (else 0),
-    visible, whose output names each failing public test with its message and each failing held-back test by what it
-    checks (HELD_BACK), never by its name or its cases; then one entry of 0 points per held-back test, visible only
-    once the grades are published (Gradescope's "after_published"), for the student to learn from afterwards."""
+    visible, whose output describes each test that did not pass (described); then one entry of 0 points per held-back
+    test, visible only once the grades are published (Gradescope's "after_published"), for the student to learn
+    from afterwards."""
     functions = [name for n, _, name in marked_functions() if n == number]
-    not_run = "; ".join(f"{name}: {why}" for name, why in outcomes.items() if "::" not in name) or "stopped before it"
-    held_back = HELD_BACK.get(number, {})
-    failures, hidden, count = [], [], 0
-    for test in tests_of(number, with_held_back):
-        cases = {k: why for k, why in outcomes.items() if k == test or ("[" not in test and k.startswith(test + "["))}
-        for case, why in (cases or {test: f"did not run ({not_run})"}).items():
-            count += 1
-            if test in held_back:
-                hidden.append((test, why))
-                if why is not None:
-                    reason = "timed out" if "timed out" in why else "failed"
-                    failures.append(f"held-back test {reason}: {held_back[test]}")
-            elif why is not None:
-                failures.append(f"{case}: {why}")
+    results = exercise_outcomes(number, outcomes, with_held_back)
+    failures = [described(number, *result) for result in results if result[2] != PASSED]
     entries = [{"name": f"Exercise {number}: {', '.join(functions)}", "score": 0.0 if failures else 1.0,
                 "max_score": 1.0, "visibility": "visible",
-                "output": "\n".join(failures) if failures else f"all {count} tests passed"}]
-    for test, why in dict(hidden).items():
-        entries.append({"name": f"Exercise {number}, held back: {held_back[test]}", "score": 0.0, "max_score": 0.0,
-                        "visibility": "after_published",
-                        "output": "passed" if why is None else "timed out" if "timed out" in why else "failed"})
+                "output": "\n".join(failures) if failures else f"all {len(results)} tests passed"}]
+    hidden: dict[str, str] = {}
+    for case, held_back, outcome, _ in results:
+        if held_back and hidden.get(case.split("[")[0], PASSED) == PASSED:
+            hidden[case.split("[")[0]] = outcome  # a test's first case that did not pass
+    for test, outcome in hidden.items():
+        entries.append({"name": f"Exercise {number}, held back: {HELD_BACK[number][test]}", "score": 0.0,
+                        "max_score": 0.0, "visibility": "after_published", "output": outcome})
     return entries
 
 
@@ -301,31 +380,73 @@ def data_dir() -> Path:
     return ROOT / "data" if (ROOT / "data" / "stsbenchmark").is_dir() else (ROOT.parent / "shared" / "data").resolve()
 
 
+def check_markers(repo: Path) -> None:
+    """Stop in one line when a marker of `repo` names no def: grading would not find that function either."""
+    for name in SOURCES:
+        if (repo / name).is_file():
+            try:
+                marked_spans((repo / name).read_text(encoding="utf-8"), name)
+            except (SyntaxError, ValueError) as e:
+                raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+
+
+def user_group(user: str) -> int:
+    """The user's own group id."""
+    import pwd
+
+    try:
+        return pwd.getpwnam(user).pw_gid
+    except KeyError:
+        raise SystemExit(f"error: no user {user} on this machine") from None
+
+
 def grade(numbers: list[int], repo: Path = ROOT, extra: Sequence[str] = (), json_file: Path | None = None,
-          with_held_back: bool = False, env: dict[str, str] | None = None) -> int:
-    """Run the tests of the given exercises in `repo` (with HELD_BACK's too if asked), and write Gradescope's
-    results.json to `json_file` if given; pytest's exit code (0 = all passed)."""
-    tests = [test for number in numbers for test in tests_of(number, with_held_back)]
-    env = {"ASSIGNMENTS_TEST_TIMEOUT": str(TEST_TIMEOUT), **os.environ, "EVAL_DATA_DIR": str(data_dir()),
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})}
+          with_held_back: bool = False, env: dict[str, str] | None = None, user: str | None = None) -> int:
+    """Run the tests of the given exercises in `repo` (with HELD_BACK's too if asked), say what happened to each
+    test that did not pass, and write Gradescope's results.json to `json_file` if given. 0 when every test of
+    every exercise passed (a skipped test did not pass; a test process that died is no pass), else 1.
+    ASSIGNMENTS_GRADING tells tests/conftest.py which exercises are graded: the others get stand-ins when blank.
+    user: pytest runs as this user (grade --student --as-user), its report in a folder of its own."""
+    check_markers(repo)
+    tests = list(dict.fromkeys(test for number in numbers for test in tests_of(number, with_held_back)))
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
-        report = Path(tmp) / "junit.xml"
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *dict.fromkeys(tests), *extra]
-        if json_file:
-            command.append(f"--junitxml={report}")
-        code = subprocess.run(command, cwd=repo, env=env).returncode
-        if json_file:
-            outcomes = junit_outcomes(report)
-            results = [entry for number in numbers for entry in exercise_results(number, outcomes, with_held_back)]
-            json_file.write_text(json.dumps({"score": sum(r["score"] for r in results), "tests": results}, indent=2)
-                                 + "\n", encoding="utf-8")
-    return code
+        report = Path(tmp) / "report.jsonl"
+        as_user = {}
+        if user is not None:
+            shutil.chown(tmp, user, user_group(user))
+            as_user = {"user": user, "group": user_group(user), "extra_groups": []}
+            env = {"HOME": tmp, **(env or {})}
+        env = {"ASSIGNMENTS_TEST_TIMEOUT": str(TEST_TIMEOUT), **os.environ, "EVAL_DATA_DIR": str(data_dir()),
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "ASSIGNMENTS_REPORT": str(report),
+               "ASSIGNMENTS_GRADING": ",".join(map(str, numbers)), **(env or {})}
+        # the failures' messages whole (pytest cuts long assertion messages unless told not to)
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "course.report",
+                   "-o", "truncation_limit_lines=0", "-o", "truncation_limit_chars=0", *tests, *extra]
+        code = subprocess.run(command, cwd=repo, env=env, **as_user).returncode
+        outcomes = test_outcomes(report, tests)
+    if json_file:
+        results = [entry for number in numbers for entry in exercise_results(number, outcomes, with_held_back)]
+        json_file.write_text(json.dumps({"score": sum(r["score"] for r in results), "tests": results}, indent=2)
+                             + "\n", encoding="utf-8")
+    print()
+    for number in numbers:
+        results = exercise_outcomes(number, outcomes, with_held_back)
+        passed = sum(outcome == PASSED for _, _, outcome, _ in results)
+        print(f"Exercise {number}: {passed} of {len(results)} tests passed")
+        for result in results:
+            if result[2] != PASSED:
+                print("  " + described(number, *result).replace("\n", "\n    "))
+    everything_passed = code == 0 and all(outcome == PASSED for outcome, _ in outcomes.values())
+    return 0 if everything_passed else 1
 
 
-def grade_student(numbers: list[int], student: Path, extra: Sequence[str] = (), json_file: Path | None = None) -> int:
+def grade_student(numbers: list[int], student: Path, extra: Sequence[str] = (), json_file: Path | None = None,
+                  user: str | None = None) -> int:
     """Grade a student's exercises with every test, the held-back ones included: in a temporary copy of this
-    repository into which only the student's marked functions of those exercises are put (spliced). Nothing else
-    of the student's files runs: not their other functions, not their module-level code, not their tests."""
+    repository with every exercise blanked, into which only the student's marked functions of those exercises are
+    put (spliced). Nothing else of the student's files runs: not their other functions, not their module-level code,
+    not their tests. user: run the tests as this (unprivileged) user, the copy theirs to read and nothing else of
+    the grader's (run_autograder passes it when it runs as root)."""
     if not student.is_dir():
         raise SystemExit(f"error: {student} is not a folder")
     inner = [folder for folder in student.iterdir() if (folder / "tsdae.py").is_file()]
@@ -333,24 +454,40 @@ def grade_student(numbers: list[int], student: Path, extra: Sequence[str] = (), 
         student = inner[0]  # an upload whose files sit in one folder of their own
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         copy = Path(tmp) / "repo"
-        copy_repository(copy)
+        copy_repository(copy, blanked=True)
         for name in SOURCES:
-            reference, path = (ROOT / name).read_text(encoding="utf-8"), student / name
+            reference, path = (copy / name).read_text(encoding="utf-8"), student / name
             # a file the submission lacks: its exercises say so when their tests call them
             submitted = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else f"# no {name}\n"
             (copy / name).write_text(spliced(reference, submitted, set(numbers), name), encoding="utf-8")
-        return grade(numbers, copy, extra, json_file, with_held_back=True)
+        if user is not None:  # theirs: the copy they are graded in, nothing else of the grader's
+            for path in [Path(tmp), *Path(tmp).rglob("*")]:
+                shutil.chown(path, user, user_group(user))
+        return grade(numbers, copy, extra, json_file, with_held_back=True, user=user)
 
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
-# Gradescope runs this for each submission: the student's files are in /autograder/submission (a copy of the
-# student folder, or just the exercise files at their paths), results.json goes to /autograder/results.
+# Gradescope runs this for each submission, as root: the student's files are in /autograder/submission (a copy of the
+# student folder, or just the exercise files at their paths), results.json goes to /autograder/results. The zip
+# lies in /autograder/source (Gradescope copies this script to /autograder/run_autograder).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+if [ -d "$here/source/repo" ]; then here=$here/source; fi
 submission=${SUBMISSION:-/autograder/submission}
 results=${RESULTS:-/autograder/results}
 mkdir -p "$results"
-cd "$here/repo" && python3 course/assignments.py grade EXERCISES --student "$submission" --json "$results/results.json"
+as_user=()
+if [ "$(id -u)" = 0 ]; then
+    # The student's code runs as a user of its own (as Autograder.io does it): the grader, this folder and the
+    # results are root's alone; the tests run in a copy that user owns.
+    user=${AUTOGRADER_USER:-student}
+    id -u "$user" >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin "$user"
+    chmod -R go-rwx "$here" "$results"
+    as_user=(--as-user "$user")
+fi
+if [ -z "${EVAL_DATA_DIR:-}" ] && [ -d /autograder/data ]; then export EVAL_DATA_DIR=/autograder/data; fi
+cd "$here/repo" && python3 course/assignments.py grade EXERCISES --student "$submission" --json "$results/results.json" \
+    "${as_user[@]}"
 exit 0  # the score is in results.json; a failing test is no failure of the autograder
 """
 
@@ -360,17 +497,18 @@ set -eu
 cd "$(dirname "$0")/repo"
 apt-get install -y python3 python3-pip python3-venv >/dev/null 2>&1 || true
 make install-dev PYTHON=python3
-python3 evaluate.py --fetch-data data   # the evaluation sets the exercises' tests read
+python3 evaluate.py --fetch-data /autograder/data   # the evaluation sets the tests read, readable by the tests' user
+chmod -R a+rX /autograder/data
 """
 
 
 def make_autograder(out: Path, numbers: list[int]) -> None:
     """A zip for Gradescope's "Upload autograder": setup.sh, run_autograder and repo/, this repository as git tracks
-    it, held-back tests included. Each submission is graded with `grade --student` (spliced: only the marked
-    functions of the exercises run)."""
+    it with every exercise blanked (copy_repository), held-back tests included. Each submission is graded with
+    `grade --student` (spliced: only the marked functions of the exercises run), as an unprivileged user."""
     with tempfile.TemporaryDirectory(prefix="autograder-") as tmp:
         folder = Path(tmp)
-        copy_repository(folder / "repo")
+        copy_repository(folder / "repo", blanked=True)
         (folder / "run_autograder").write_text(RUN_AUTOGRADER.replace("EXERCISES", " ".join(map(str, numbers))))
         (folder / "setup.sh").write_text(SETUP)
         for script in ("run_autograder", "setup.sh"):
@@ -400,6 +538,8 @@ def make_parser() -> argparse.ArgumentParser:
     copy.add_argument("--repo", type=Path, default=ROOT, help="run the tests in this copy (default: this one)")
     copy.add_argument("--student", type=Path, help="grade this copy's exercise files with every test, held back too")
     run.add_argument("--json", type=Path, metavar="FILE", help="also write Gradescope's results.json to FILE")
+    run.add_argument("--as-user", metavar="USER", help="with --student, run as root: the tests run as this "
+                     "unprivileged user (run_autograder passes it)")
     return p
 
 
@@ -428,8 +568,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.json and not args.json.resolve().parent.is_dir():
         raise SystemExit(f"error: {args.json.parent} is not a folder")
+    if args.as_user and not args.student:
+        p.error("--as-user goes with --student")
     if args.student:
-        return grade_student(args.numbers, args.student, pytest_args, args.json)
+        return grade_student(args.numbers, args.student, pytest_args, args.json, args.as_user)
     if not args.repo.is_dir():
         raise SystemExit(f"error: {args.repo} is not a folder")
     return grade(args.numbers, args.repo, pytest_args, args.json)

@@ -45,6 +45,60 @@ def _time_limit():
         signal.signal(signal.SIGALRM, previous)
 
 
+# Each exercise checkable alone (ASSIGNMENTS.md): in a student copy, a test of one exercise may need another that is
+# still blank (exercise 4's tests load a model: exercise 11 reads its weights, exercise 1 attends). Every blank exercise
+# that is not graded gets its stand-in from tests/stand_ins.py for the whole session. Graded: the exercises `grade`
+# names (ASSIGNMENTS_GRADING), else those whose tests (course/assignments.py: TESTS, HELD_BACK) were collected.
+
+
+def graded_exercises(items: list) -> set[int]:
+    from course import assignments
+
+    if os.environ.get("ASSIGNMENTS_GRADING"):
+        return {int(n) for n in os.environ["ASSIGNMENTS_GRADING"].split(",")}
+    ids = {item.nodeid for item in items} | {item.nodeid.split("[")[0] for item in items}
+    return {number for table in (assignments.TESTS, assignments.HELD_BACK) for number, tests in table.items()
+            if ids & set(tests)}
+
+
+def put_stand_ins(monkeypatch: pytest.MonkeyPatch, graded: set[int]) -> None:
+    """Every blank exercise not in `graded`: its stand-in wherever the function is bound (each module of this
+    repository that imported it by name, a table that lists it) or, for a method, in its class."""
+    import importlib
+
+    from course import assignments
+    from stand_ins import STAND_INS
+
+    ours = [m for m in list(sys.modules.values()) if (file := str(getattr(m, "__file__", None) or "")).startswith(str(ROOT))
+            and "site-packages" not in file]
+    for number, pieces in STAND_INS.items():
+        for module_name, attribute, stand_in in pieces:
+            owner = importlib.import_module(module_name)
+            *cls, name = attribute.split(".")
+            if cls:
+                owner = getattr(owner, cls[0])
+            original = getattr(owner, name)
+            if number in graded or assignments.is_written(original):
+                continue
+            if cls:
+                monkeypatch.setattr(owner, name, stand_in)
+                continue
+            for module in ours:
+                for key, value in list(vars(module).items()):
+                    if value is original:
+                        monkeypatch.setattr(module, key, stand_in)
+                    elif isinstance(value, dict) and any(v is original for v in value.values()):
+                        for k in [k for k, v in value.items() if v is original]:
+                            monkeypatch.setitem(value, k, stand_in)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stand_ins_for_blank_exercises(request):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        put_stand_ins(monkeypatch, graded_exercises(request.session.items))
+        yield
+
+
 # The oracles' own warnings (weights missing from a reference model built for a comparison, say) are noise in a
 # failing test's output: transformers reads this when it is imported.
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -158,7 +212,8 @@ QUICK = {
     "test_fast.py": ["test_vocabulary_cross_entropy_equals_the_plain_formula",
                      "test_sentence_vector_attention_equals_general_attention_over_one_key",
                      "test_word_matrix_gradient_is_summed_without_vocabulary_sized_temporaries"],
-    "test_consert.py": ["test_nt_xent_equals_a_double_loop", "test_a_copy_of_a_sentence_in_the_batch_is_not_its_negative",
+    "test_consert.py": ["test_nt_xent_equals_a_double_loop", "test_nt_xent_is_one_matrix_product_with_no_loop_over_the_items",
+                        "test_nt_xent_backpropagates_the_double_loops_gradient_to_both_views", "test_a_copy_of_a_sentence_in_the_batch_is_not_its_negative",
                         "test_token_cutoff_zeroes_int_n_rate_real_token_rows_and_nothing_else",
                         "test_feature_cutoff_zeroes_int_d_rate_whole_columns_and_nothing_else",
                         "test_each_strategy_gets_the_official_scripts_settings",
@@ -174,7 +229,9 @@ QUICK = {
                          "test_a_corrupt_file_is_refused_and_nothing_is_left_behind"],
     "test_inspect.py": ["test_no_value_can_break_the_yaml", "test_corpus_fingerprint_and_command_line"],
     "test_architectures.py": ["test_an_unsupported_type_names_the_supported_ones"],
-    "test_assignments.py": ["test_student_copy_keeps_signatures_and_docstrings_and_blanks_the_rest"],
+    "test_assignments.py": ["test_student_copy_keeps_signatures_and_docstrings_and_blanks_the_rest",
+                            "test_what_happened_to_each_test_has_its_own_words",
+                            "test_the_marker_rule_is_the_same_for_the_students_check_and_for_grading"],
     "test_docs.py": ["test_command_parses", "test_named_code_exists"],
 }
 

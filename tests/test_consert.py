@@ -103,6 +103,17 @@ def zero_rows(x: torch.Tensor) -> torch.Tensor:
     return (x == 0).all(dim=-1)  # (B, L)
 
 
+def assert_gradient_is_the_kept_part(cutoff, x: torch.Tensor, mask: torch.Tensor) -> None:
+    """The gradient check of a cutoff view: the encoder trains through it, so the gradient of the view's sum
+    reaches x: 1 at every entry kept, 0 at every entry cut."""
+    leaf = x.clone().requires_grad_()
+    y = cutoff(leaf, mask, 0.2)
+    assert y.requires_grad, f"no gradient: {cutoff.__name__}'s output is cut from x (.detach(), torch.no_grad()?)"
+    y.sum().backward()
+    assert leaf.grad is not None and torch.equal(leaf.grad, (y != 0).to(x.dtype)), (
+        f"the gradient of {cutoff.__name__} with respect to x must be 1 where x is kept and 0 where it is cut")
+
+
 def test_token_cutoff_zeroes_int_n_rate_real_token_rows_and_nothing_else(minilm, batch):
     ids, mask = batch
     x = embedding_output(minilm, ids)
@@ -114,6 +125,7 @@ def test_token_cutoff_zeroes_int_n_rate_real_token_rows_and_nothing_else(minilm,
             n = int(mask[b].sum())
             assert cut[b].sum() == int(n * rate) and not cut[b, n:].any()  # among the real tokens only
         assert torch.equal(y[~cut], x[~cut])  # every other row is untouched
+    assert_gradient_is_the_kept_part(consert.token_cutoff, x, mask)
 
 
 def test_feature_cutoff_zeroes_int_d_rate_whole_columns_and_nothing_else(minilm, batch):
@@ -126,6 +138,7 @@ def test_feature_cutoff_zeroes_int_d_rate_whole_columns_and_nothing_else(minilm,
     assert len({tuple(row.nonzero().flatten().tolist()) for row in cut}) == len(ids)  # chosen per sentence
     keep = ~cut[:, None, :].expand_as(x)
     assert torch.equal(y[keep], x[keep])
+    assert_gradient_is_the_kept_part(consert.feature_cutoff, x, mask)
 
 
 def test_cutoffs_cut_every_real_token_and_feature_equally_often_at_any_rate():
@@ -234,29 +247,115 @@ def test_switch_off_dropout_leaves_the_saved_config_alone(minilm, tmp_path):
 # ---------------------------------------------------------------- NT-Xent
 
 
-def nt_xent_double_loop(z1: torch.Tensor, z2: torch.Tensor, t: float, same: torch.Tensor | None = None) -> float:
-    """The textbook definition, one item at a time, in float64; candidates that are copies of the item's
-    sentence (same[i, j]) are left out, except its own other view."""
-    z1, z2 = F.normalize(z1.double(), dim=-1), F.normalize(z2.double(), dim=-1)
+def nt_xent_double_loop(z1: torch.Tensor, z2: torch.Tensor, t: float, same: torch.Tensor | None = None,
+                        normalise: bool = True, with_itself: bool = False, both_views: bool = True) -> torch.Tensor:
+    """The textbook definition, one item at a time, in float64 (a scalar tensor, its graph kept for the gradient
+    check); candidates that are copies of the item's sentence (same[i, j]) are left out, except its own other view.
+    normalise=False, with_itself=True, both_views=False: three of the usual mistakes, to name them."""
+    z1, z2 = (F.normalize(z.double(), dim=-1) if normalise else z.double() for z in (z1, z2))
     N, total = len(z1), 0.0
     same = torch.eye(N, dtype=torch.bool) if same is None else same
-    for anchors, others in ((z1, z2), (z2, z1)):
+    for anchors, others in ((z1, z2), (z2, z1))[: 2 if both_views else 1]:
         direction = 0.0
         for i in range(N):
             candidates = [others[i]] + [others[j] for j in range(N) if not same[i, j]] \
-                + [anchors[k] for k in range(N) if not same[i, k]]
-            scores = [float(anchors[i] @ c) / t for c in candidates]
-            direction += -(scores[0] - math.log(sum(math.exp(s) for s in scores)))  # positive: others[i]
-        total += direction / N
+                + [anchors[k] for k in range(N) if not same[i, k] or (with_itself and k == i)]
+            scores = torch.stack([anchors[i] @ c / t for c in candidates])
+            direction = direction - (scores[0] - scores.logsumexp(0))  # positive: others[i]
+        total = total + direction / N
     return total
+
+
+def nt_xent_mistakes(z1: torch.Tensor, z2: torch.Tensor, t: float, same: torch.Tensor | None) -> dict[str, float]:
+    """{the likely cause: the loss it gives} for the usual mistakes (ASSIGNMENTS.md, exercise 8)."""
+    loop = lambda **kw: nt_xent_double_loop(z1, z2, kw.pop("t", t), same, **kw).item()
+    right = loop()
+    return {
+        "the vectors not normalised: sim(a, b) is the cosine over the temperature (F.normalize each row first)":
+            loop(normalise=False),
+        "the temperature multiplied instead of divided: sim = cosine / temperature": loop(t=1 / t),
+        "no temperature: sim = cosine / temperature": loop(t=1.0),
+        "each item among its own candidates (self-similarity): leave j = k out, e.g. the diagonal set to -inf":
+            loop(with_itself=True),
+        "a sentence's copies left among its candidates: same[i, j] leaves them out (both views), all but the "
+        "positive": nt_xent_double_loop(z1, z2, t).item() if same is not None else float("nan"),
+        "the mean over all 2N items: the official code sums the mean over view 1's rows and the mean over view 2's "
+        "(twice that)": right / 2,
+        "a sum over the items: the loss is the mean over view 1's rows plus the mean over view 2's": right * len(z1),
+        "one direction only: add view 2's rows against view 1 (the mean over both views)": loop(both_views=False),
+    }
+
+
+def assert_nt_xent(z1: torch.Tensor, z2: torch.Tensor, t: float, same: torch.Tensor | None = None) -> None:
+    """nt_xent equals the double loop; when it does not, the message names the likely cause first (robust to NaN
+    and inf: a comparison with NaN is false, so the test asks for closeness, never for a difference)."""
+    yours = (nt_xent(z1, z2, t, same) if same is not None else nt_xent(z1, z2, t)).item()
+    expected = nt_xent_double_loop(z1, z2, t, same).item()
+    if abs(yours - expected) <= 1e-5 * expected:
+        return
+    causes = [what for what, loss in nt_xent_mistakes(z1, z2, t, same).items()
+              if math.isfinite(loss) and abs(yours - loss) <= 1e-4 * abs(loss)]
+    hint = f"likely {causes[0]}" if causes else ("it is not a number (NaN or inf): a log of 0, or a division by 0?"
+                                                 if not math.isfinite(yours) else
+                                                 "it matches none of the usual mistakes (normalisation, temperature, "
+                                                 "self-similarity, copies, the mean over both views)")
+    pytest.fail(f"{hint}. nt_xent gives {yours:.6g} for N = {len(z1)}, temperature {t}"
+                f"{', with a copy in the batch' if same is not None else ''}; the double loop gives {expected:.6g}",
+                pytrace=False)
 
 
 def test_nt_xent_equals_a_double_loop():
     torch.manual_seed(1)
     for N, t in ((5, 0.1), (8, 0.05), (2, 1.0)):
+        assert_nt_xent(torch.randn(N, 16), torch.randn(N, 16), t)
+
+
+def test_nt_xent_backpropagates_the_double_loops_gradient_to_both_views():
+    """The loss trains the encoder only through its gradient with respect to the vectors: it must reach z1 and z2
+    and equal the double loop's."""
+    torch.manual_seed(3)
+    z1, z2 = torch.randn(6, 16, requires_grad=True), torch.randn(6, 16, requires_grad=True)
+    loss = nt_xent(z1, z2, 0.1)
+    if not loss.requires_grad:
+        pytest.fail("no gradient: nt_xent's loss is cut from z1 and z2 (a .detach(), torch.no_grad(), .item() or a "
+                    "new tensor built from the values inside it): training would not move the encoder", pytrace=False)
+    loss.backward()
+    reference = [z.detach().double().requires_grad_() for z in (z1, z2)]
+    expected = nt_xent_double_loop(*reference, 0.1)
+    expected.backward()
+    same_loss = abs(loss.item() - expected.item()) <= 1e-5 * expected.item()
+    for name, z, ref in (("z1", z1, reference[0]), ("z2", z2, reference[1])):
+        assert z.grad is not None and (z.grad != 0).any(), f"no gradient reaches {name}: it is cut inside nt_xent"
+        difference = (z.grad.double() - ref.grad).abs().max().item()
+        assert difference <= 1e-5 * ref.grad.abs().max().item(), (
+            f"the gradient with respect to {name} differs from the double loop's by up to {difference:.3g}: "
+            + ("the losses agree, so a part of the loss is computed without its graph (.detach() on a term?)"
+               if same_loss else "so does the loss; test_nt_xent_equals_a_double_loop names the likely cause"))
+
+
+def test_nt_xent_is_one_matrix_product_with_no_loop_over_the_items():
+    """ASSIGNMENTS.md asks for one matrix product, no Python loop over the items: the PyTorch calls nt_xent makes
+    (each function, method and operator, counted) do not grow with the batch."""
+    from torch.overrides import TorchFunctionMode
+
+    class Counted(TorchFunctionMode):
+        calls = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            Counted.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    calls = {}
+    for N in (8, 64):
+        torch.manual_seed(N)
         z1, z2 = torch.randn(N, 16), torch.randn(N, 16)
-        expected = nt_xent_double_loop(z1, z2, t)
-        assert abs(nt_xent(z1, z2, t).item() - expected) < 1e-5 * expected
+        Counted.calls = 0
+        with Counted():
+            nt_xent(z1, z2, 0.1)
+        calls[N] = Counted.calls
+    assert calls[64] <= calls[8] + 8, (
+        f"a Python loop over the items: nt_xent makes {calls[8]} PyTorch calls for N = 8 and {calls[64]} for N = 64; "
+        "ASSIGNMENTS.md asks for one matrix product over all 2N items (u @ u.T), with no loop")
 
 
 def test_nt_xent_is_lower_for_identical_views_than_for_views_shuffled_across_sentences():
@@ -569,9 +668,8 @@ def test_a_copy_of_a_sentence_in_the_batch_is_not_its_negative(minilm, sts_sente
     z1[3], z2[3] = z1[0] + 0.1 * torch.randn(16), z2[0] + 0.1 * torch.randn(16)  # its views differ, as views do
     same = torch.eye(6, dtype=torch.bool)
     same[0, 3] = same[3, 0] = True
-    expected = nt_xent_double_loop(z1, z2, 0.1, same)
-    assert abs(nt_xent(z1, z2, 0.1, same).item() - expected) < 1e-5 * expected
-    assert abs(nt_xent(z1, z2, 0.1).item() - expected) > 1e-3  # without the mask the copy is a negative
+    assert_nt_xent(z1, z2, 0.1, same)
+    assert abs(nt_xent(z1, z2, 0.1).item() - nt_xent_double_loop(z1, z2, 0.1, same).item()) > 1e-3  # a negative
 
     ids, mask = data.pad(data.tokenize(minilm.tokenizer, sts_sentences[:5] + sts_sentences[:1], 64), pad_id=0)
     batch = collate(ids, mask)

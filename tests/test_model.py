@@ -44,6 +44,18 @@ def test_attention_formula_equals_the_fused_kernel():
         torch.testing.assert_close(fused_attn(x, attn_mask), merge(fused), atol=1e-6, rtol=1e-5)
     unmasked = (q @ k.transpose(-2, -1) / 8 ** 0.5).softmax(-1) @ v  # the textbook line, no mask
     torch.testing.assert_close(attention(q, k, v), unmasked)
+    # the gradient check: attention trains the encoder through its gradient, which must reach q, k and v as the kernel's
+    yours, kernel = [[t.detach().clone().requires_grad_() for t in (q, k, v)] for _ in range(2)]
+    weights = torch.randn(3, 4, 7, 8)
+    out = attention(*yours, padding)
+    assert out.requires_grad, "no gradient: attention's output is cut from q, k and v (.detach(), torch.no_grad()?)"
+    (out * weights).sum().backward()
+    (F.scaled_dot_product_attention(*kernel, attn_mask=padding) * weights).sum().backward()
+    for name, a, b in zip("qkv", yours, kernel):
+        assert a.grad is not None, f"no gradient reaches {name}"
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4, msg=lambda m: (
+            f"the gradient with respect to {name} differs from the fused kernel's (a part computed without its graph?) "
+            f"{m}"))
 
 
 def test_attention_with_fewer_keys_than_queries_and_dropout_on_the_probabilities():
@@ -88,6 +100,19 @@ def test_pooling_ignores_padding():
     torch.testing.assert_close(pool(h, mask, "mean")[0], h[0, :3].mean(0))
     torch.testing.assert_close(pool(h, mask, "max")[0], h[0, :3].amax(0))
     torch.testing.assert_close(pool(h, mask, "cls"), h[:, 0])
+    # the gradient check: pooling trains the encoder through its gradient, which must reach the real tokens' states
+    # as it does through each sentence's own slice
+    n = mask.sum(1).tolist()
+    by_slice = {"cls": lambda t: t[:, 0], "mean": lambda t: torch.stack([t[b, : n[b]].mean(0) for b in range(2)]),
+                "max": lambda t: torch.stack([t[b, : n[b]].amax(0) for b in range(2)])}
+    for mode, reference in by_slice.items():
+        yours, sliced = h.clone().requires_grad_(), h.clone().requires_grad_()
+        out, weights = pool(yours, mask, mode), torch.randn(2, 4)
+        assert out.requires_grad, f"no gradient: pool(..., {mode!r}) is cut from the hidden states (.detach()?)"
+        (out * weights).sum().backward()
+        (reference(sliced) * weights).sum().backward()
+        torch.testing.assert_close(yours.grad, sliced.grad, msg=lambda m: (
+            f"the gradient of {mode} pooling with respect to the hidden states is wrong (padding must get none) {m}"))
 
 
 def test_pad_to_longest_or_multiple_of_8_and_truncate_keeps_sep(minilm_path):

@@ -215,6 +215,8 @@ def decoder_layer_variants(layer, x: torch.Tensor, memory: torch.Tensor, causal:
             post_norm=False),
         "self-attention without the causal mask: pass `causal` to self.self_attn": run(
             blocks=(lambda h: layer.self_attn(h, None), ca, ff)),
+        "the causal mask inverted (~causal): True means the position may be seen, pass `causal` as it is": run(
+            blocks=(lambda h: layer.self_attn(h, ~causal), ca, ff)),
         "cross-attention reading x instead of the memory: self.cross_attn(x, memory=memory)": run(
             blocks=(sa, lambda h: layer.cross_attn(h), ff)),
     }
@@ -236,13 +238,15 @@ def test_decoder_layer_is_its_three_post_norm_blocks(tiny_model_dir, mode):
         torch.manual_seed(11)
         yours = layer(x, memory, causal)
     expected = variants.pop("the three blocks")
-    difference = (yours - expected).abs().max().item()
-    if difference > 1e-5:
-        causes = [what for what, out in variants.items() if torch.allclose(yours, out, atol=1e-5)]
+    if not torch.allclose(yours, expected, atol=1e-5):  # false on NaN and inf too (a `>` test would let them pass)
+        causes = [what for what, out in variants.items() if torch.allclose(yours, out, atol=1e-5, equal_nan=True)]
         hint = (f"it equals the layer with {causes[0]}" if causes else
                 "it matches none of the usual mistakes (" + "; ".join(w.split(":")[0] for w in variants) + ")")
-        pytest.fail(f"DecoderLayer.forward({mode} mode) differs from x = LN(x + dropout(block(x))) for self-attention, "
-                    f"cross-attention and feed-forward by up to {difference:.3g}: {hint}", pytrace=False)
+        broken = (~yours.isfinite()).sum().item()
+        how = (f"gives {broken} NaN or inf values" if broken else
+               f"differs by up to {(yours - expected).abs().max().item():.3g}")
+        pytest.fail(f"{hint}. DecoderLayer.forward({mode} mode) {how} against x = LN(x + dropout(block(x))) for "
+                    "self-attention, cross-attention and feed-forward", pytrace=False)
 
 
 def test_decoder_is_causal_and_every_position_reads_the_sentence_vector(tiny_objective):
@@ -368,21 +372,33 @@ def test_deletion_removes_60_percent_and_never_everything(tokenizer, sts_sentenc
             if len(words) >= 5:  # short sentences are skewed by the keep-one rule
                 deleted += len(words) - len(kept)
                 total += len(words)
-    assert abs(deleted / total - 0.6) <= 0.02
+    assert abs(deleted / total - 0.6) <= 0.02, (
+        f"at ratio 0.6, {deleted / total:.3f} of the words were deleted: each word is deleted with probability ratio "
+        "(one rng.random() per word, deleted when it is below ratio)")
     assert tsdae.delete_words([[7]], 0.99, rng) == [[7]]  # a one-word sentence survives
 
 
 def test_deletion_returns_a_new_list_of_survivors_in_order_and_a_random_one_when_all_go():
     """Exercise 3's contract (ASSIGNMENTS.md): `words` is left as it was; the survivors keep their order; when every
-    word is deleted, the one kept is drawn at random, not always the same."""
+    word is deleted, the one kept is drawn at random, not always the same; an empty sentence stays empty."""
     rng = random.Random(1)
     words = [[1000 + i] for i in range(12)]
     before = [list(w) for w in words]
     kept = tsdae.delete_words(words, 0.5, rng)
     assert words == before, "delete_words changed the list it was given: build a new list instead"
     assert kept == [w for w in words if w in kept], "the survivors must keep their order in the sentence"
-    survivors = {tuple(tsdae.delete_words(words, 1.0, rng)[0]) for _ in range(60)}
+    at_one = [tsdae.delete_words(words, 1.0, rng) for _ in range(60)]
+    sizes = sorted({len(kept) for kept in at_one})
+    assert sizes == [1], (f"at ratio 1 every word is deleted, then one kept: got sentences of {sizes} words (a word "
+                          "is deleted with probability ratio: when rng.random() < ratio)")
+    survivors = {tuple(kept[0]) for kept in at_one}
     assert len(survivors) > 3, "at ratio 1 every word goes: keep one drawn at random (rng.choice), not always the same"
+    try:
+        empty = tsdae.delete_words([], 0.6, rng)
+    except (IndexError, ValueError) as e:
+        pytest.fail(f"an empty sentence must stay empty: delete_words([], 0.6, rng) raised {type(e).__name__} "
+                    f"({e}), as rng.choice([]) does: keep one word only when there was one", pytrace=False)
+    assert empty == [], f"an empty sentence must stay empty: delete_words([], 0.6, rng) gave {empty!r}"
 
 
 def test_deletion_keeps_the_survivors_in_order_at_any_ratio():
