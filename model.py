@@ -5,6 +5,7 @@ Read top to bottom:
   2. Embeddings           word + position + segment vectors, LayerNorm, dropout
   3. attention            softmax(Q K^T / sqrt(d_head)) V, the formula
      MultiHeadAttention   h heads of it; keys and values from the sentence itself or from a `memory`
+     RelativePositionBias, Rotary   MPNet's and ModernBERT's positions, seen by attention
   4. FeedForward, EncoderLayer, Bert   post-LayerNorm residual blocks: embed, then run the layers
   5. MLMHead              BERT's masked-LM head (TSDAE's decoder reuses it)
   6. pool                 one vector per sentence: cls / mean / max (after_pooling: Normalize, Dense)
@@ -56,6 +57,15 @@ class BertConfig:
     position_offset: int = 0  # RoBERTa / XLM-R: position ids count from pad_token_id + 1
     attention_output_dropout: bool = True  # DistilBERT adds its attention output without dropout
     # (DistilBERT's other difference: no token-type embeddings, type_vocab_size 0)
+    relative_attention_num_buckets: int | None = None  # MPNet: a learned bias per head and bucketed distance
+    # ModernBERT (arXiv:2412.13663 §2.1): pre-LayerNorm blocks, GeGLU, no biases, rotary positions, local layers
+    norm_first: bool = False  # LayerNorm before each block (not after), and one after the last layer
+    gated_ffn: bool = False  # GeGLU feed-forward: GELU(x W_1) * (x W_2)
+    bias: bool = True  # False: no bias in any Linear or LayerNorm
+    global_rope_theta: float | None = None  # rotary positions with this base (global layers), no position vectors
+    local_rope_theta: float | None = None  # the local layers' base
+    local_attention: int | None = None  # a local layer's window: each query sees keys within local_attention // 2
+    global_attn_every_n_layers: int | None = None  # layers 0, n, 2n, ... attend globally, the others locally
 
     @classmethod
     def from_dict(cls, values: dict) -> BertConfig:
@@ -63,6 +73,10 @@ class BertConfig:
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def is_local(self, layer: int) -> bool:
+        """ModernBERT: does this layer attend within a window (local) rather than to the whole sentence?"""
+        return bool(self.global_attn_every_n_layers) and layer % self.global_attn_every_n_layers != 0
 
 
 # ----------------------------------------------------------------------------
@@ -76,10 +90,11 @@ class Embeddings(nn.Module):
         super().__init__()
         e = cfg.embedding_size or cfg.hidden_size
         self.word = lookup_class(cfg.vocab_size, e, padding_idx=cfg.pad_token_id)  # the word vectors E (V, e)
-        self.position = nn.Embedding(cfg.max_position_embeddings, e,
-                                     padding_idx=cfg.pad_token_id if cfg.position_offset else None)
+        self.position = nn.Embedding(cfg.max_position_embeddings, e,  # (ModernBERT has none: Rotary)
+                                     padding_idx=cfg.pad_token_id if cfg.position_offset else None
+                                     ) if cfg.global_rope_theta is None else None
         self.token_type = nn.Embedding(cfg.type_vocab_size, e) if cfg.type_vocab_size else None
-        self.norm = nn.LayerNorm(e, eps=cfg.layer_norm_eps)
+        self.norm = nn.LayerNorm(e, eps=cfg.layer_norm_eps, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.project = nn.Linear(e, cfg.hidden_size) if e != cfg.hidden_size else None  # ELECTRA's
         self.pad_id, self.offset = cfg.pad_token_id, cfg.position_offset
@@ -93,7 +108,9 @@ class Embeddings(nn.Module):
             position_ids = torch.arange(L, device=input_ids.device).expand(B, L)  # (B, L)
         if self.offset:  # RoBERTa counts from pad_token_id + 1, and padding keeps pad_token_id
             position_ids = torch.where(input_ids == self.pad_id, self.pad_id, position_ids + self.offset)
-        x = self.word(input_ids) + self.position(position_ids)  # (B, L, e)
+        x = self.word(input_ids)  # (B, L, e)
+        if self.position is not None:
+            x = x + self.position(position_ids)
         if self.token_type is not None:  # all our inputs are single sentences: segment id 0 everywhere
             x = x + self.token_type.weight[0]
         x = self.dropout(self.norm(x))
@@ -109,12 +126,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
               dropout_p: float = 0.0) -> torch.Tensor:
     """softmax(Q K^T / sqrt(d_head)) V ("Attention Is All You Need", eq. 1).
 
-    q: (B, h, Lq, dh), k and v: (B, h, Lk, dh); mask: bool, broadcastable to (B, h, Lq, Lk), True = may attend.
-    dropout_p: BERT's dropout on the attention probabilities (training only).
+    q: (B, h, Lq, dh), k and v: (B, h, Lk, dh); mask: bool, broadcastable to (B, h, Lq, Lk), True = may attend;
+    or float: added to the scores (MPNet's position bias, -inf where a query may not attend), as PyTorch's fused
+    kernel reads a float mask. dropout_p: BERT's dropout on the attention probabilities (training only).
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Lq, Lk)
-    if mask is not None:
+    if mask is not None and mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask, float("-inf"))
+    elif mask is not None:
+        scores = scores + mask
     probs = scores.softmax(dim=-1)  # each query's weights over the keys sum to 1
     if dropout_p > 0:
         probs = F.dropout(probs, dropout_p)
@@ -123,17 +143,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 
 class MultiHeadAttention(nn.Module):
     """h heads of scaled dot-product attention. The queries come from x; the keys and values from x too
-    (self-attention) or from a `memory` (cross-attention, as in TSDAE's decoder)."""
+    (self-attention) or from a `memory` (cross-attention, as in TSDAE's decoder).
+    layer: the index of the encoder layer it serves (ModernBERT's positions and windows depend on it); None for a
+    cross-attention, whose queries see no positions."""
 
-    def __init__(self, cfg: BertConfig):
+    def __init__(self, cfg: BertConfig, layer: int | None = None):
         super().__init__()
         assert cfg.hidden_size % cfg.num_attention_heads == 0
         self.n_heads = cfg.num_attention_heads
-        self.q = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.k = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.v = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.q = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
+        self.k = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
+        self.v = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
+        self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
         self.dropout_p = cfg.attention_probs_dropout_prob
+        rotary = cfg.global_rope_theta is not None and layer is not None
+        local = rotary and cfg.is_local(layer)
+        self.rotary = Rotary(cfg, local) if rotary else None  # ModernBERT
+        self.window = cfg.local_attention // 2 if local else None  # ModernBERT's local layers
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 memory: torch.Tensor | None = None) -> torch.Tensor:
@@ -143,10 +169,24 @@ class MultiHeadAttention(nn.Module):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Split the projections (B, L, d) into h heads, attend in each, and concatenate the heads again."""
-        h = self.n_heads
-        y = attention(split_heads(q, h), split_heads(k, h), split_heads(v, h), mask,
-                      self.dropout_p if self.training else 0.0)  # (B, h, Lq, dh)
+        q, k, v, mask = self.heads(q, k, v, mask)  # (B, h, L, dh) each
+        y = attention(q, k, v, mask, self.dropout_p if self.training else 0.0)  # (B, h, Lq, dh)
         return merge_heads(y)  # (B, Lq, d)
+
+    def heads(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(B, L, d) -> (B, h, L, dh) each; ModernBERT's positions turn q and k, and a local layer's window
+        narrows the mask."""
+        h = self.n_heads
+        q, k, v = split_heads(q, h), split_heads(k, h), split_heads(v, h)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
+        if self.window is not None:
+            positions = torch.arange(q.shape[-2], device=q.device)
+            near = (positions[:, None] - positions[None, :]).abs() <= self.window  # (L, L): |t - t'| <= window
+            itself = positions[:, None] == positions[None, :]  # a padding query far from every real key sees itself
+            mask = near if mask is None else (mask & near) | itself  # (no row without keys: no NaN to spread)
+        return q, k, v, mask
 
 
 def split_heads(t: torch.Tensor, h: int) -> torch.Tensor:
@@ -161,36 +201,98 @@ def merge_heads(y: torch.Tensor) -> torch.Tensor:
     return y.transpose(1, 2).reshape(B, L, h * dh)
 
 
+class RelativePositionBias(nn.Module):
+    """MPNet's relative positions (arXiv:2004.09297, pre-training setup; T5's, arXiv:1910.10683 §2.1): a learned
+    number per head for the distance between a query and a key, added to the attention scores of every layer (one
+    table for all of them), beside the absolute position vectors. Distances go into 32 buckets: 16 for keys before
+    the query, 16 after; within each, distances 0..7 get a bucket each, and 8..127 share 8 buckets on a log scale
+    (the last one for 128 and beyond)."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.table = nn.Embedding(cfg.relative_attention_num_buckets, cfg.num_attention_heads)  # (32, h)
+
+    def forward(self, mask: torch.Tensor) -> torch.Tensor:
+        """mask: bool, broadcastable to (B, h, L, L) (padding or causal), True = may attend -> the float mask
+        (B, h, L, L) or (h, L, L): the bias where a query may attend, -inf elsewhere."""
+        L = mask.shape[-1]
+        positions = torch.arange(L, device=mask.device)
+        bias = self.table(self.bucket(positions[:, None] - positions[None, :])).permute(2, 0, 1)  # (h, L, L)
+        return bias.masked_fill(~mask, float("-inf"))
+
+    @staticmethod
+    def bucket(distance: torch.Tensor, half: int = 16, exact: int = 8, far: int = 128) -> torch.Tensor:
+        """distance = query position - key position (L, L) -> bucket ids in 0..2 * half - 1."""
+        n = distance.abs()
+        logarithmic = exact + (torch.log(n.clamp(min=exact).float() / exact) / math.log(far / exact)
+                               * (half - exact)).long()  # 8..15 for distances 8..127
+        return (distance < 0).long() * half + torch.where(n < exact, n, logarithmic.clamp(max=half - 1))
+
+
+class Rotary(nn.Module):
+    """ModernBERT's positions (rotary, RoFormer arXiv:2104.09864 §3.4; ModernBERT §2.1.1): no position vector
+    is added to the input; instead the query and key of the token at position t are turned, each pair of features
+    (i, i + dh/2) by the angle t * theta^(-2i/dh). A query-key product then depends on their distance only.
+    Global layers use a base theta of 160,000, local layers 10,000."""
+
+    def __init__(self, cfg: BertConfig, local: bool = False):
+        super().__init__()
+        self.theta = cfg.local_rope_theta if local else cfg.global_rope_theta
+        self.head_dim = cfg.hidden_size // cfg.num_attention_heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (B, h, L, dh), the query or key of the token at each position 0..L-1 -> x turned, same shape."""
+        dh = self.head_dim
+        frequencies = 1.0 / (self.theta ** (torch.arange(0, dh, 2, dtype=torch.float, device=x.device) / dh))
+        angles = torch.arange(x.shape[-2], device=x.device).float()[:, None] * frequencies  # (L, dh/2)
+        cos, sin = angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)  # (L, dh): feature i and i + dh/2 alike
+        first, second = x.float().chunk(2, dim=-1)
+        return (x.float() * cos + torch.cat((-second, first), dim=-1) * sin).to(x.dtype)
+
+
 # ----------------------------------------------------------------------------
 # 4. Feed-forward and the encoder
 
 
 class FeedForward(nn.Module):
-    """d -> 4d -> d with BERT's exact (erf) GELU."""
+    """d -> 4d -> d with BERT's exact (erf) GELU. ModernBERT's GeGLU (gated_ffn; Shazeer, arXiv:2002.05202):
+    `up` makes twice the inner size, and its second half gates the first: down(GELU(x W_1) * (x W_2))."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
-        self.up = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
-        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.gated = cfg.gated_ffn
+        self.up = nn.Linear(cfg.hidden_size, cfg.intermediate_size * (2 if self.gated else 1), bias=cfg.bias)
+        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            inner, gate = self.up(x).chunk(2, dim=-1)
+            return self.down(F.gelu(inner) * gate)
         return self.down(F.gelu(self.up(x)))  # F.gelu's default is the exact erf form
 
 
 class EncoderLayer(nn.Module):
-    """Post-LayerNorm residual blocks: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+    """Post-LayerNorm residual blocks: x = LN(x + Attn(x)); x = LN(x + FFN(x)).
+    ModernBERT's are pre-LayerNorm (norm_first): x = x + Attn(LN(x)); x = x + FFN(LN(x)); its first layer has no
+    LayerNorm before attention (the embeddings' output is already normalised)."""
 
-    def __init__(self, cfg: BertConfig, attention_class: type[MultiHeadAttention] = MultiHeadAttention):
+    def __init__(self, cfg: BertConfig, attention_class: type[MultiHeadAttention] = MultiHeadAttention, layer: int = 0):
         super().__init__()
-        self.attn = attention_class(cfg)
-        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.attn = attention_class(cfg, layer)
+        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.bias)
+        if cfg.norm_first and layer == 0:
+            self.attn_norm = nn.Identity()
         self.ffn = FeedForward(cfg)
-        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.attn_dropout = self.dropout if cfg.attention_output_dropout else nn.Identity()
+        self.norm_first = cfg.norm_first
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x (B, L, d). Only self.attn looks across positions; the rest acts on each position alone."""
+        if self.norm_first:
+            x = x + self.attn_dropout(self.attn(self.attn_norm(x), mask))  # (B, L, d)
+            return x + self.dropout(self.ffn(self.ffn_norm(x)))  # (B, L, d)
         x = self.attn_norm(x + self.attn_dropout(self.attn(x, mask)))  # (B, L, d)
         return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
 
@@ -198,7 +300,7 @@ class EncoderLayer(nn.Module):
 class Bert(nn.Module):
     """The BERT encoder: embed the tokens, then run N layers. `mlm_head` exists only when the checkpoint has one.
     A subclass may name other classes for two pieces (speedups/fast.py's PackedBert does): the layers' attention,
-    and the word lookup."""
+    and the word lookup. MPNet adds `relative_bias` (to every layer's scores), ModernBERT `final_norm`."""
 
     attention_class: type[MultiHeadAttention] = MultiHeadAttention
     lookup_class: type[nn.Embedding] = nn.Embedding
@@ -207,7 +309,9 @@ class Bert(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embeddings = Embeddings(cfg, self.lookup_class)
-        self.layers = nn.ModuleList([EncoderLayer(cfg, self.attention_class) for _ in range(cfg.num_hidden_layers)])
+        self.layers = nn.ModuleList([EncoderLayer(cfg, self.attention_class, i) for i in range(cfg.num_hidden_layers)])
+        self.relative_bias = RelativePositionBias(cfg) if cfg.relative_attention_num_buckets else None
+        self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.bias) if cfg.norm_first else None
         self.mlm_head = MLMHead(cfg) if with_mlm_head else None
         self.apply(init_weights)
 
@@ -219,19 +323,35 @@ class Bert(nn.Module):
         return self.run_layers(self.embed(input_ids, position_ids), attention_mask, all_layers)
 
     def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """The embedding layer's output (B, L, d): what ConSERT's views change."""
-        return self.embeddings(input_ids, position_ids)
+        """The embedding layer's output (B, L, d): what ConSERT's views change. ModernBERT has no position vectors
+        (the layers turn q and k by where a row sits): given position_ids, a permutation of 0..L-1 in each row
+        (ConSERT's token shuffle), each token's row is put at its position, so the layers see the tokens in that
+        order (their states come out in it: mean and max pooling are the same)."""
+        x = self.embeddings(input_ids, position_ids)  # (B, L, d)
+        if position_ids is not None and self.embeddings.position is None:
+            x = torch.zeros_like(x).scatter(1, position_ids[..., None].expand_as(x), x)  # row t -> position_ids[t]
+        return x
 
     def run_layers(self, x: torch.Tensor, attention_mask: torch.Tensor,
                    all_layers: bool = False) -> torch.Tensor | list[torch.Tensor]:
         """The N layers on an embedding output x (B, L, d)."""
-        mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L): every query may see every real key
+        mask = self.self_attention_mask(attention_mask.bool()[:, None, None, :])  # (B, 1, 1, L): every query may see every real key
         states = [x]
         for layer in self.layers:
             x = layer(x, mask)  # (B, L, d)
             if all_layers:
                 states.append(x)
-        return states if all_layers else x
+        x = self.finish(x)
+        return [*states[:-1], x] if all_layers else x
+
+    def self_attention_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """The mask each layer's self-attention gets: `mask` (padding or causal) as it is, or with MPNet the
+        relative position bias added ((B, h, L, L) float, -inf where `mask` is False)."""
+        return mask if self.relative_bias is None else self.relative_bias(mask)
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        """The last layer's output (B, L, d) as it is, or through ModernBERT's final LayerNorm."""
+        return x if self.final_norm is None else self.final_norm(x)
 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
@@ -242,7 +362,8 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
         nn.init.zeros_(module.bias)
     if isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
 
 
 # ----------------------------------------------------------------------------
@@ -256,8 +377,8 @@ class MLMHead(nn.Module):
     def __init__(self, cfg: BertConfig):
         super().__init__()
         e = cfg.embedding_size or cfg.hidden_size
-        self.dense = nn.Linear(cfg.hidden_size, e)
-        self.norm = nn.LayerNorm(e, eps=cfg.layer_norm_eps)
+        self.dense = nn.Linear(cfg.hidden_size, e, bias=cfg.bias)
+        self.norm = nn.LayerNorm(e, eps=cfg.layer_norm_eps, bias=cfg.bias)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.apply(init_weights)
 
@@ -381,8 +502,8 @@ class SentenceEncoder(nn.Module):
             raise ValueError(f"a sentence-transformers folder cannot express {LAST2_MEAN} pooling; save with another")
         cfg = self.bert.cfg
         with weights.atomic_dir(Path(out_dir)) as tmp:
-            tensors = {weights.hf_name(n, cfg.model_type): p for n, p in self.bert.named_parameters()
-                       if not n.startswith("mlm_head.")}
+            tensors = weights.hf_tensors({n: p for n, p in self.bert.named_parameters() if not n.startswith("mlm_head.")},
+                                         cfg.model_type)
             tensors.update(weights.pooler_tensors(self.source, cfg.to_dict()))  # unused here; transformers wants it
             weights.write_safetensors(tensors, tmp / "model.safetensors")
             base = weights.read_json(self.source / "config.json", missing=None) if self.source else None

@@ -172,7 +172,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn, self.self_attn_norm = enc_layer.attn, enc_layer.attn_norm
         self.cross_attn = cross_attention_class(cfg)
-        self.cross_attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.cross_attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.bias)
         self.ffn, self.ffn_norm = enc_layer.ffn, enc_layer.ffn_norm
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.cross_attn.apply(init_weights)
@@ -180,7 +180,7 @@ class DecoderLayer(nn.Module):
     # Exercise 4 (ASSIGNMENTS.md)
     def forward(self, x: torch.Tensor, memory: torch.Tensor, causal: torch.Tensor) -> torch.Tensor:
         """x: (B, L, d) decoder states; memory: (B, 1, d), the sentence vector; causal: (L, L) bool, True where
-        position t may see position t' (t' <= t)."""
+        position t may see position t' (t' <= t); with MPNet the float mask of Bert.self_attention_mask."""
         x = self.self_attn_norm(x + self.dropout(self.self_attn(x, causal)))  # (B, L, d)
         # §3.2: keys and values come only from the sentence vector s, a memory of length 1:
         #   CrossAttn(x) = softmax(x W_q (s W_k)^T / sqrt(d_head)) s W_v, one key per sentence
@@ -188,11 +188,22 @@ class DecoderLayer(nn.Module):
         return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
 
 
+class PreNormDecoderLayer(DecoderLayer):
+    """DecoderLayer for pre-LayerNorm encoders (ModernBERT's, model.EncoderLayer with norm_first): each block
+    reads LN(x) and adds its output to x, the cross-attention's too."""
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, causal: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(self.self_attn(self.self_attn_norm(x), causal))  # (B, L, d)
+        x = x + self.dropout(self.cross_attn(self.cross_attn_norm(x), memory=memory))  # (B, L, d)
+        return x + self.dropout(self.ffn(self.ffn_norm(x)))  # (B, L, d)
+
+
 class TSDAEDecoder(nn.Module):
     """Rebuilds a sentence from its vector alone (§3.1-3.2).
 
     tie=True (the paper's choice, app. A): the embeddings and every per-layer module except cross-attention
-    are the encoder's own. tie=False: a separate copy, initialised from the same weights.
+    are the encoder's own (with MPNet its relative position bias, with ModernBERT its final LayerNorm).
+    tie=False: a separate copy, initialised from the same weights.
     LM head: the checkpoint's `cls.predictions` when it has one (the encoder never uses it), else new;
     its projection onto the vocabulary is always the (shared) word-embedding matrix.
     cross_attention_class: the class of each layer's cross_attn (speedups/fast.py's PackedDecoder names another).
@@ -205,7 +216,9 @@ class TSDAEDecoder(nn.Module):
         cfg = encoder.cfg
         source = encoder if tie else copy.deepcopy(encoder)
         self.embeddings = source.embeddings
-        self.layers = nn.ModuleList([DecoderLayer(layer, cfg, self.cross_attention_class) for layer in source.layers])
+        layer_class = PreNormDecoderLayer if cfg.norm_first else DecoderLayer
+        self.layers = nn.ModuleList([layer_class(layer, cfg, self.cross_attention_class) for layer in source.layers])
+        self.relative_bias, self.final_norm = source.relative_bias, source.final_norm  # MPNet's, ModernBERT's (or None)
         self.lm_head = source.mlm_head if source.mlm_head is not None else MLMHead(cfg)
 
     def forward(self, input_ids: torch.Tensor, memory: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
@@ -215,11 +228,21 @@ class TSDAEDecoder(nn.Module):
         L = input_ids.shape[1]
         # causal: position t sees tokens <= t only. No padding mask is needed: pads sit after every
         # real token, so no real position can see one (the reference code passes none either).
-        causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()  # (L, L)
+        causal = self.self_attention_mask(torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril())  # (L, L)
         x = self.embeddings(input_ids)  # (B, L, d)
         for layer in self.layers:
             x = layer(x, memory, causal)  # (B, L, d)
+        x = self.finish(x)
         return x if keep is None else x[keep]
+
+    def self_attention_mask(self, causal: torch.Tensor) -> torch.Tensor:
+        """What the self-attention of every layer gets (model.Bert.self_attention_mask): the causal mask, with
+        MPNet its relative position bias added ((h, L, L) float)."""
+        return causal if self.relative_bias is None else self.relative_bias(causal)
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        """The last layer's states, through ModernBERT's final LayerNorm (model.Bert.finish)."""
+        return x if self.final_norm is None else self.final_norm(x)
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
         """states (..., d) -> (..., V): the LM head, projecting onto the word-embedding matrix."""

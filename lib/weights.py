@@ -2,8 +2,9 @@
 resumable state, OUT/checkpoint/, is train.py's.)
 
   read_safetensors / write_safetensors   the weights file, by hand (8-byte header length, JSON header, raw bytes)
-  ARCHITECTURES, hf_name, read_weights   each checkpoint family (BERT, RoBERTa / XLM-R, DistilBERT, ELECTRA): its
-                                         config keys and names <-> ours, the name variants found in the wild
+  ARCHITECTURES, hf_name, read_weights   each checkpoint family (BERT, RoBERTa / XLM-R, DistilBERT, ELECTRA, MPNet,
+                                         ModernBERT): its config keys and names <-> ours, the name variants found
+                                         in the wild; hf_tensors: our parameters under the family's names
   copy_weights                           a checked copy of a folder's tensors into a model's parameters
   read_config, hf_config                 config.json in and out
   load_tokenizer, save_tokenizer         tokenizer.json (or an old folder's vocab.txt)
@@ -127,6 +128,7 @@ class Architecture:
     tied: tuple[str, ...]  # the head's vocabulary projection: the word embeddings again (and the head's bias)
     config_keys: dict[str, str] = field(default_factory=dict)  # BertConfig field -> the family's config.json key
     fixed: dict = field(default_factory=dict)  # BertConfig values the family's config.json does not state
+    fused: str | None = None  # ModernBERT: Q, K and V stored as one matrix of 3d rows under this name
 
 
 BERT_HEAD = [("mlm_head.dense.", "cls.predictions.transform.dense."), ("mlm_head.norm.", "cls.predictions.transform.LayerNorm."),
@@ -156,10 +158,29 @@ ARCHITECTURES = {arch.model_type: arch for arch in [
     Architecture("electra", "ElectraModel", "ElectraTokenizer", "electra.", [("embeddings.project.", "embeddings_project."), *BERT_NAMES],
                  [("mlm_head.dense.", "generator_predictions.dense."), ("mlm_head.norm.", "generator_predictions.LayerNorm."),
                   ("mlm_head.bias", "generator_lm_head.bias")], tied=("generator_lm_head.weight",)),
+    # MPNet: RoBERTa's positions (transformers counts them from its fixed padding id 1), no token types, one
+    # relative position bias table for all layers, its own attention names
+    Architecture("mpnet", "MPNetModel", "MPNetTokenizer", "mpnet.", [
+        (".attn.q.", ".attention.attn.q."), (".attn.k.", ".attention.attn.k."), (".attn.v.", ".attention.attn.v."),
+        (".attn.out.", ".attention.attn.o."), (".attn_norm.", ".attention.LayerNorm."),
+        ("relative_bias.table.", "encoder.relative_attention_bias."),
+        *[(ours, theirs) for ours, theirs in BERT_NAMES if not ours.startswith((".attn.", ".attn_norm."))],
+    ], ROBERTA_HEAD, tied=("lm_head.decoder.",), fixed={"type_vocab_size": 0, "position_offset": 2}),
+    # ModernBERT: pre-LayerNorm blocks, GeGLU, no biases, rotary positions, local layers (model.BertConfig), Q, K and
+    # V in one matrix `Wqkv`; its masked-LM head `head` + `decoder`
+    Architecture("modernbert", "ModernBertModel", "PreTrainedTokenizerFast", "model.", [
+        ("embeddings.word.", "embeddings.tok_embeddings."), (".attn.q.", ".attn.Wqkv.q."), (".attn.k.", ".attn.Wqkv.k."),
+        (".attn.v.", ".attn.Wqkv.v."), (".attn.out.", ".attn.Wo."), (".ffn.up.", ".mlp.Wi."), (".ffn.down.", ".mlp.Wo."),
+        (".ffn_norm.", ".mlp_norm."),
+    ], [("mlm_head.dense.", "head.dense."), ("mlm_head.norm.", "head.norm."), ("mlm_head.bias", "decoder.bias")],
+        tied=("decoder.weight",), fused=".attn.Wqkv.",
+        config_keys={"layer_norm_eps": "norm_eps", "hidden_act": "hidden_activation"},
+        fixed={"type_vocab_size": 0, "norm_first": True, "gated_ffn": True, "bias": False, "hidden_dropout_prob": 0.0,
+               "attention_probs_dropout_prob": 0.0}),
 ]}
 # Heads of other pre-training tasks, dropped on loading: next-sentence prediction, the ELECTRA discriminator's
 NOT_USED = ("pooler.", "cls.seq_relationship.", "discriminator_predictions.", "lm_head.decoder.")
-NEXT_TYPES = "albert, deberta-v2, mpnet, modernbert"  # the README says what each would need
+NEXT_TYPES = "albert, deberta-v2"  # docs/architectures.md says what each would need
 
 
 def architecture(model_type: str, where: Path) -> Architecture:
@@ -195,14 +216,47 @@ def normalise_names(state: dict[str, torch.Tensor], arch: Architecture) -> dict[
     return out
 
 
+def split_fused(state: dict[str, torch.Tensor], fused: str) -> dict[str, torch.Tensor]:
+    """ModernBERT's `layers.N.attn.Wqkv.weight` (3d, d): rows 0..d-1 the queries', then the keys', then the values'
+    -> three tensors, named `...Wqkv.q.weight` and so on (what hf_name makes of ours)."""
+    out = {}
+    for name, t in state.items():
+        if fused in name:
+            for part, piece in zip("qkv", t.chunk(3, dim=0)):
+                out[name.replace(fused, f"{fused}{part}.")] = piece
+        else:
+            out[name] = t
+    return out
+
+
+def hf_tensors(parameters: dict[str, torch.Tensor], model_type: str) -> dict[str, torch.Tensor]:
+    """Our parameters under the family's Hugging Face names, as its checkpoint stores them (ModernBERT's Q, K and V
+    joined into one matrix again)."""
+    tensors = {hf_name(n, model_type): p for n, p in parameters.items()}
+    fused = ARCHITECTURES[model_type].fused
+    if fused is None:
+        return tensors
+    out = {}
+    for name, t in tensors.items():
+        if f"{fused}q." in name:
+            parts = [tensors[name.replace(f"{fused}q.", f"{fused}{part}.")] for part in "qkv"]
+            out[name.replace(f"{fused}q.", fused)] = torch.cat(parts, dim=0)  # (3d, d) or (3d,)
+        elif not any(f"{fused}{part}." in name for part in "kv"):
+            out[name] = t
+    return out
+
+
 def has_mlm_head(state: dict[str, torch.Tensor], model_type: str) -> bool:
     head = hf_name("mlm_head.bias", model_type)
     return head in state
 
 
 def read_weights(folder: Path, model_type: str) -> dict[str, torch.Tensor]:
-    """The tensors of model.safetensors (else pytorch_model.bin), by the family's Hugging Face name."""
-    return normalise_names(read_tensors(folder), ARCHITECTURES[model_type])
+    """The tensors of model.safetensors (else pytorch_model.bin), by the family's Hugging Face name (ModernBERT's
+    fused Wqkv split into q, k, v)."""
+    arch = ARCHITECTURES[model_type]
+    state = normalise_names(read_tensors(folder), arch)
+    return split_fused(state, arch.fused) if arch.fused else state
 
 
 def read_tensors(folder: Path) -> dict[str, torch.Tensor]:
@@ -257,7 +311,49 @@ def read_config(folder: Path) -> dict:
         raise ModelLoadError(f"{path}: sinusoidal_pos_embds (fixed position vectors) is not supported")
     if arch.model_type in ("roberta", "xlm-roberta"):
         values["position_offset"] = raw.get("pad_token_id", 1) + 1  # positions count from pad_token_id + 1
+    if arch.model_type == "mpnet":
+        values.update(mpnet_config(raw, path))
+    if arch.model_type == "modernbert":
+        values.update(modernbert_config(raw, path))
     return values
+
+
+def mpnet_config(raw: dict, path: Path) -> dict:
+    """What model.py's MPNet reads beyond BERT's keys: the 32 buckets of the relative position bias."""
+    if raw.get("pad_token_id", 1) != 1:  # transformers' MPNet takes padding id 1 for its positions, whatever the config says
+        raise ModelLoadError(f"{path}: MPNet's pad_token_id must be 1 (transformers' positions assume it)")
+    if raw.get("relative_attention_num_buckets", 32) != 32:
+        raise ModelLoadError(f"{path}: MPNet's relative_attention_num_buckets must be 32 (transformers uses 32)")
+    return {"relative_attention_num_buckets": 32}
+
+
+def modernbert_config(raw: dict, path: Path) -> dict:
+    """ModernBERT's rotary bases, window and which layers are local, from config.json in either of the layouts
+    transformers writes (rope_parameters / layer_types, or the first release's global_rope_theta /
+    global_attn_every_n_layers); one line for what model.py's ModernBERT does not do."""
+    dropouts = {k: raw.get(k, 0.0) for k in ("embedding_dropout", "attention_dropout", "mlp_dropout")}
+    if any(dropouts.values()):
+        raise ModelLoadError(f"{path}: ModernBERT with dropout ({dropouts}) is not supported; its published checkpoints use none")
+    biases = [k for k in ("attention_bias", "mlp_bias", "norm_bias", "classifier_bias") if raw.get(k)]
+    if biases or not raw.get("decoder_bias", True):
+        raise ModelLoadError(f"{path}: ModernBERT with {', '.join(biases) or 'decoder_bias false'} is not supported; "
+                             f"model.py's has no biases but the masked-LM decoder's")
+    if raw.get("classifier_activation", "gelu") != "gelu":
+        raise ModelLoadError(f"{path}: classifier_activation '{raw['classifier_activation']}' is not supported; use 'gelu'")
+    rope = raw.get("rope_parameters") or {}
+    first_release = {"full_attention": raw.get("global_rope_theta", 160_000.0),
+                     "sliding_attention": raw.get("local_rope_theta", 10_000.0)}
+    theta = {kind: (rope.get(kind) or {}).get("rope_theta", first_release[kind]) for kind in first_release}
+    if any((rope.get(kind) or {}).get("rope_type", "default") != "default" for kind in theta):
+        raise ModelLoadError(f"{path}: only ModernBERT's default rotary positions are supported (no rope scaling)")
+    every = raw.get("global_attn_every_n_layers", 3)
+    layers = raw.get("num_hidden_layers", 22)
+    types = raw.get("layer_types") or ["sliding_attention" if i % every else "full_attention" for i in range(layers)]
+    every = next((i for i, t in enumerate(types) if i and t == "full_attention"), layers)  # the first global after 0
+    if types != ["sliding_attention" if i % every else "full_attention" for i in range(layers)]:
+        raise ModelLoadError(f"{path}: ModernBERT's layer_types must be global every n-th layer from layer 0")
+    return {"global_rope_theta": theta["full_attention"], "local_rope_theta": theta["sliding_attention"],
+            "local_attention": raw.get("local_attention", 128), "global_attn_every_n_layers": every}
 
 
 def hf_config(values: dict, base: dict | None = None) -> dict:
@@ -265,7 +361,12 @@ def hf_config(values: dict, base: dict | None = None) -> dict:
     source folder's config.json) keeps what ours does not know (bos/eos ids, ...)."""
     arch = ARCHITECTURES[values["model_type"]]
     ours = {arch.config_keys.get(k, k): v for k, v in values.items()
-            if k not in arch.fixed and k not in ("model_type", "position_offset", "attention_output_dropout")}
+            if k not in arch.fixed and k not in ("model_type", "position_offset", "attention_output_dropout", "norm_first",
+                                                 "gated_ffn", "bias")}
+    for key in ("relative_attention_num_buckets", "global_rope_theta", "local_rope_theta", "local_attention",
+                "global_attn_every_n_layers"):  # another family's: not stated
+        if ours.get(key) is None:
+            ours.pop(key, None)
     if arch.model_type == "electra":  # transformers' ElectraConfig defaults to 128, whatever hidden_size is
         ours["embedding_size"] = values.get("embedding_size") or values["hidden_size"]
     elif ours.get("embedding_size") is None:

@@ -101,14 +101,15 @@ class PackedBert(model.Bert):
                    all_layers: bool = False) -> torch.Tensor | list[torch.Tensor]:
         """model.Bert.run_layers on the real tokens only."""
         packing = Packing.of(attention_mask)
-        mask = PackedMask(attention_mask.bool()[:, None, None, :], packing)  # (B, 1, 1, L)
+        mask = PackedMask(self.self_attention_mask(attention_mask.bool()[:, None, None, :]), packing)  # (B, 1, 1, L)
         h = packing.pack(x)  # (N, d): the real tokens only
         states = [x]
         for layer in self.layers:
             h = layer(h, mask)  # model.EncoderLayer.forward on the rows
             if all_layers:
                 states.append(packing.unpack(h))
-        return states if all_layers else packing.unpack(h)  # (B, L, d), zeros at padding
+        h = packing.unpack(self.finish(h))  # (B, L, d), zeros at padding
+        return [*states[:-1], h] if all_layers else h
 
 
 # ----------------------------------------------------------------------------
@@ -122,9 +123,8 @@ class FusedAttention(model.MultiHeadAttention):
     random numbers than the plain formula's; in eval mode the results are equal (tests/test_model.py)."""
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        h = self.n_heads
-        y = F.scaled_dot_product_attention(model.split_heads(q, h), model.split_heads(k, h), model.split_heads(v, h),
-                                           attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
+        q, k, v, mask = self.heads(q, k, v, mask)  # (B, h, L, dh) each
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0)
         return model.merge_heads(y)  # (B, Lq, d)
 
 
@@ -161,7 +161,8 @@ class SentenceVectorAttention(model.MultiHeadAttention):
         per_head = self.per_head(memory.vectors)[memory.sentence]  # (N, h, d)
         # the attention probability (1) of each row and head, with BERT's dropout on probabilities
         probs = F.dropout(x.new_ones(len(x), 1, self.n_heads), self.dropout_p, self.training)  # (N, 1, h)
-        return (probs @ per_head).squeeze(1) + self.out.bias  # (N, d)
+        y = (probs @ per_head).squeeze(1)  # (N, d)
+        return y if self.out.bias is None else y + self.out.bias  # (ModernBERT's has no bias)
 
     def per_head(self, memory: torch.Tensor) -> torch.Tensor:
         """out(concat_h y_h) = sum_h W_out[:, h] y_h + b: each head's value of s, projected once per sentence."""
@@ -199,10 +200,11 @@ class PackedDecoder(tsdae.TSDAEDecoder):
         positions = (packing.index % L)[None, :]  # (1, T): each token's position in its sentence
         x = self.embeddings(input_ids.reshape(1, -1)[:, packing.index], positions)[0]  # (T, d)
         rows = RowMemory(memory, packing.index // L)  # memory (B, 1, d): the sentence vectors
-        causal = PackedMask(torch.ones(L, L, dtype=torch.bool, device=x.device).tril(), packing)  # (L, L)
+        causal = PackedMask(self.self_attention_mask(torch.ones(L, L, dtype=torch.bool, device=x.device).tril()),
+                            packing)  # (L, L)
         for layer in self.layers:
             x = layer(x, rows, causal)  # tsdae.DecoderLayer.forward on the rows
-        return x
+        return self.finish(x)
 
     def neg_log_likelihood(self, states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         head, E = self.lm_head, self.embeddings.word.weight

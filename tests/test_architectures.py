@@ -1,7 +1,7 @@
 """The TSDAE paper's other checkpoints (arXiv:2104.06979 app. C): DistilBERT, RoBERTa / XLM-R and ELECTRA besides BERT,
-each a tiny random checkpoint that transformers itself writes with save_pretrained, with a tokenizer of its own
-family beside it (WordPiece; byte-level BPE and SentencePiece-style Unigram built with tokenizers and wrapped in
-transformers' fast tokenizer class). Our encoder equals transformers'; both methods train from each; the saved
+and the encoders used now, MPNet (all-mpnet-base-v2's) and ModernBERT; each a tiny random checkpoint that transformers
+itself writes with save_pretrained, with a tokenizer of its own family beside it (WordPiece; byte-level BPE and
+SentencePiece-style Unigram built with tokenizers and wrapped in transformers' fast tokenizer class). Our encoder equals transformers'; both methods train from each; the saved
 model loads in transformers as the same model_type and in sentence-transformers with equal embeddings."""
 import json
 import random
@@ -19,9 +19,10 @@ from speedups import fast
 import tsdae
 import tsdae_train
 from lib.weights import ModelLoadError
+import model
 from model import SentenceEncoder, load_bert, pool
 
-KINDS = ["bert", "distilbert", "roberta", "xlm-roberta", "electra"]
+KINDS = ["bert", "distilbert", "roberta", "xlm-roberta", "electra", "mpnet", "modernbert"]
 SENTENCES = ["The cat sat on the mat.", "A dog barked at the mailman!", "Stocks fell sharply on Monday morning.",
              "Rain is expected over the weekend, they said.", "Bees carry pollen.", "The library opens at nine.",
              "She planted tomatoes in May and harvested them in August.", "Our train arrived two hours late."]
@@ -37,6 +38,14 @@ def config_of(kind: str, vocab_size: int):
                                              max_position_embeddings=64)
     if kind == "electra":  # embeddings narrower than the layers: an embeddings_project linear
         return transformers.ElectraConfig(**small, embedding_size=16, hidden_size=32)
+    if kind == "mpnet":  # RoBERTa's positions from pad_token_id + 1 = 2, a relative position bias of 32 buckets
+        return transformers.MPNetConfig(**small, hidden_size=32, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    if kind == "modernbert":  # layers 0 and 2 global, 1 local with a window of 2 positions each side (sentences
+        # are longer); no dropout (its published configs have none)
+        return transformers.ModernBertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=3,
+                                             num_attention_heads=4, intermediate_size=37, max_position_embeddings=64,
+                                             local_attention=4, global_attn_every_n_layers=2, pad_token_id=1,
+                                             bos_token_id=0, eos_token_id=2, cls_token_id=0, sep_token_id=2)
     if kind in ("roberta", "xlm-roberta"):  # position ids from pad_token_id + 1 = 2: 64 usable positions
         cls = transformers.RobertaConfig if kind == "roberta" else transformers.XLMRobertaConfig
         return cls(**small, hidden_size=32, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2)
@@ -49,7 +58,19 @@ def family_tokenizer(kind: str, minilm_path: str, folder: Path) -> int:
     from tokenizers import ByteLevelBPETokenizer, SentencePieceUnigramTokenizer, processors
 
     corpus = SENTENCES * 20
-    if kind == "roberta":  # byte-level BPE, as roberta-base
+    if kind == "mpnet":  # WordPiece with <s> <pad> </s> <unk> first and <mask> last, as all-mpnet-base-v2's
+        words = (Path(minilm_path) / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        vocab = ["<s>", "<pad>", "</s>", "<unk>", *words, "<mask>"]
+        wrapped = transformers.MPNetTokenizer(vocab={w: i for i, w in enumerate(vocab)})
+    elif kind == "modernbert":  # byte-level BPE with BERT's special tokens, as ModernBERT's
+        trainer = ByteLevelBPETokenizer()
+        trainer.train_from_iterator(corpus, vocab_size=300, min_frequency=1,
+                                    special_tokens=["[CLS]", "[PAD]", "[SEP]", "[UNK]", "[MASK]"])
+        raw = trainer._tokenizer
+        raw.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 0), ("[SEP]", 2)])
+        wrapped = transformers.PreTrainedTokenizerFast(tokenizer_object=raw, cls_token="[CLS]", sep_token="[SEP]",
+                                                       pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]")
+    elif kind == "roberta":  # byte-level BPE, as roberta-base
         trainer = ByteLevelBPETokenizer()
         trainer.train_from_iterator(corpus, vocab_size=300, min_frequency=1,
                                     special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
@@ -78,7 +99,7 @@ def write_checkpoint(kind: str, folder: Path, minilm_path: str, with_head: bool 
     vocab_size = family_tokenizer(kind, minilm_path, folder)
     cfg = config_of(kind, vocab_size)
     name = {"bert": "Bert", "distilbert": "DistilBert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta",
-            "electra": "Electra"}[kind]
+            "electra": "Electra", "mpnet": "MPNet", "modernbert": "ModernBert"}[kind]
     torch.manual_seed(1)
     hf = getattr(transformers, f"{name}ForMaskedLM" if with_head else f"{name}Model")(cfg).eval()
     with torch.no_grad():  # non-trivial biases and LayerNorms, so that a mix-up of names would show
@@ -143,7 +164,24 @@ class SeededDropout:
         return x * keep / (1 - p)
 
 
+class FusedBert(model.Bert):
+    """Bert whose attention runs as PyTorch's fused kernel (fast.FusedAttention, which PackedAttention uses on CUDA)."""
+
+    attention_class = fast.FusedAttention
+
+
 @pytest.mark.parametrize("kind", KINDS)
+def test_the_fused_kernel_sees_the_familys_positions(kind, checkpoints):
+    """fast.FusedAttention (the CUDA path) gets MPNet's float mask and ModernBERT's turned q and k and local windows
+    as the written-out formula does: the same states, here on CPU."""
+    folder = checkpoints[kind]
+    plain, fused = load_bert(folder).eval(), load_bert(folder, FusedBert).eval()
+    ids, mask = batch(SentenceEncoder(plain, weights.load_tokenizer(folder)))
+    with torch.no_grad():
+        assert (plain(ids, mask)[mask.bool()] - fused(ids, mask)[mask.bool()]).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "modernbert"])  # ModernBERT: no dropout (refused below)
 def test_train_mode_dropout_sits_where_transformers_puts_it(kind, checkpoints, monkeypatch):
     """In training mode, with the same masks at the same places: the same states as transformers' model (eager
     attention, whose dropout on the attention probabilities is a call of F.dropout). DistilBERT has no dropout
@@ -316,3 +354,64 @@ def test_an_unsupported_type_names_the_supported_ones(checkpoints, tmp_path):
     message = str(e.value)
     assert "\n" not in message and "model_type 'albert' is not supported" in message
     assert "bert, roberta, xlm-roberta, distilbert, electra" in message
+
+
+def test_mpnet_adds_one_relative_position_bias_to_every_layer(checkpoints):
+    """MPNet's bias table is one for all the layers (transformers' encoder.relative_attention_bias): changing it
+    changes the states, and our buckets are T5's: exact below 8, logarithmic to 128, the sign its own half."""
+    bert = load_bert(checkpoints["mpnet"]).eval()
+    distances = torch.tensor([0, 1, 7, 8, 12, 127, 128, 1000, -1, -8, -1000])
+    assert model.RelativePositionBias.bucket(distances).tolist() == [0, 1, 7, 8, 9, 15, 15, 15, 17, 24, 31]
+    ids, mask = batch(SentenceEncoder(bert, weights.load_tokenizer(checkpoints["mpnet"])))
+    with torch.no_grad():
+        before = bert(ids, mask)
+        bert.relative_bias.table.weight[0, 0] += 1.0  # head 0's bias for distance 0 (a query to itself), in every layer
+        after = bert(ids, mask)
+    assert (before - after)[mask.bool()].abs().max() > 1e-3
+
+
+def test_modernbert_local_layers_see_a_window_only(checkpoints):
+    """Layer 1 is local (global_attn_every_n_layers 2), with a window of local_attention // 2 = 2 positions each side;
+    layers 0 and 2 are global, and no layer adds position vectors (rotary): transformers agrees (above) only if so."""
+    bert = load_bert(checkpoints["modernbert"])
+    assert [layer.attn.window for layer in bert.layers] == [None, 2, None]
+    assert bert.embeddings.position is None and bert.final_norm is not None
+    assert isinstance(bert.layers[0].attn_norm, torch.nn.Identity)
+    assert all(p.dim() != 1 or name.endswith("norm.weight") or name == "mlm_head.bias"
+               for name, p in bert.named_parameters())  # no biases
+
+
+def test_modernbert_reads_the_first_releases_config_keys_and_refuses_what_it_does_not_do(checkpoints, tmp_path):
+    """answerdotai/ModernBERT-base's config.json states global_attn_every_n_layers / global_rope_theta /
+    local_rope_theta (transformers 5 writes layer_types / rope_parameters); dropout or biases are refused."""
+    raw = json.loads((checkpoints["modernbert"] / "config.json").read_text())
+    first = {k: v for k, v in raw.items() if k not in ("layer_types", "rope_parameters")}
+    first.update(global_attn_every_n_layers=2, global_rope_theta=1000.0, local_rope_theta=50.0)
+    values = weights.modernbert_config(first, tmp_path)
+    assert values == {"global_rope_theta": 1000.0, "local_rope_theta": 50.0, "local_attention": 4,
+                      "global_attn_every_n_layers": 2}
+    assert weights.modernbert_config(raw, tmp_path)["global_rope_theta"] == 160_000.0
+    for bad in ({"mlp_dropout": 0.1}, {"attention_bias": True}, {"layer_types": ["full_attention", "full_attention",
+                                                                                  "sliding_attention"]}):
+        with pytest.raises(ModelLoadError) as e:
+            weights.modernbert_config({**raw, **bad}, tmp_path)
+        assert "\n" not in str(e.value) and str(e.value).startswith(str(tmp_path))
+
+
+def test_modernbert_token_shuffle_shows_the_tokens_in_the_shuffled_order(checkpoints):
+    """ConSERT's token shuffle on a model without position vectors: each token's row is placed at its shuffled
+    position, so the mean-pooled view equals transformers' ModernBERT on the tokens reordered."""
+    folder = checkpoints["modernbert"]
+    encoder = SentenceEncoder.from_pretrained(folder, pooling="mean").eval()
+    objective = consert.ConSERTLoss(encoder, (consert.View("shuffle"), consert.View("none")))
+    ids, mask = batch(encoder)
+    torch.manual_seed(3)
+    positions = consert.shuffled_positions(mask)  # (B, L): token t goes to position positions[b, t]
+    torch.manual_seed(3)
+    with torch.no_grad():
+        ours = objective.encode(ids, mask, consert.View("shuffle"))
+        reordered = torch.empty_like(ids).scatter_(1, positions, ids)
+        theirs = hf_model(folder)(input_ids=reordered, attention_mask=mask).last_hidden_state
+        unshuffled = objective.encode(ids, mask, consert.View("none"))
+    torch.testing.assert_close(ours, pool(theirs, mask, "mean"), atol=1e-5, rtol=1e-4)
+    assert (ours - unshuffled).abs().max() > 1e-4  # the order matters to the model
