@@ -530,18 +530,18 @@ POOLER_TYPES = ("bert", "roberta", "xlm-roberta", "mpnet")
 
 def pooler_tensors(source: Path | None, values: dict) -> dict[str, torch.Tensor]:
     """The pooler's tensors for a saved folder of model.BertConfig's `values`: the source folder's, as they are, or
-    for a source without them (a *ForMaskedLM checkpoint) new ones drawn as transformers draws them (N(0,
-    initializer_range), bias 0) from a fixed seed, so that transformers reports no weight missing. Nothing for a
-    family without a pooler."""
+    for a source without them (a *ForMaskedLM checkpoint) or with another width (a new model built beside a
+    folder's tokenizer) new ones drawn as transformers draws them (N(0, initializer_range), bias 0) from a fixed
+    seed, so that transformers reports no weight missing. Nothing for a family without a pooler."""
     if values["model_type"] not in POOLER_TYPES:
         return {}
     prefix = ARCHITECTURES[values["model_type"]].prefix
     state = read_tensors(source) if source is not None else {}
     names = {name: name.removeprefix(prefix) for name in state}
-    kept = {ours: state[name] for name, ours in names.items() if ours.startswith("pooler.")}
-    if kept:
-        return kept
     d = values["hidden_size"]
+    kept = {ours: state[name] for name, ours in names.items() if ours.startswith("pooler.")}
+    if kept and all(t.shape[-1] == d for t in kept.values()):
+        return kept
     generator = torch.Generator().manual_seed(0)
     weight = torch.randn(d, d, generator=generator) * values.get("initializer_range", 0.02)
     return {"pooler.dense.weight": weight, "pooler.dense.bias": torch.zeros(d)}
