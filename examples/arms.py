@@ -1,6 +1,7 @@
-"""What the experiment scripts of this folder share (pretraining_claim.py, ablations.py): an experiment is a list of
-arms, each a run folder made by a few commands; an arm whose result is saved is never run again, one stopped
-half-way resumes from its checkpoint; --dry-run prints the commands, --summary only reads the results.
+"""What the experiment scripts of this folder share (results.py, ablations.py, pretraining_claim.py, lab_results.py):
+an experiment is a list of arms, each a run folder made by a few commands; an arm whose result is saved is never run
+again, one stopped half-way resumes from its checkpoint; --dry-run prints the commands, --summary only reads the
+results.
 
   make_parser     the flags every experiment script shares (--model, --data, --out, --results, --dry-run, --summary)
   training        a training command that resumes a stopped run, else starts afresh
