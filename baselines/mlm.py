@@ -236,10 +236,17 @@ def head_saver(objective: MLMLoss) -> Callable[[Path], None]:
     a later MLM run from it continues its head, and BertForMaskedLM loads it whole."""
     model_type = objective.encoder.bert.cfg.model_type
 
+    source = objective.encoder.source  # --model's folder: weights, or (from scratch) only a config
+    has_weights = source is not None and any((source / f).exists() for f in ("model.safetensors", "pytorch_model.bin"))
+    pooler = has_weights and any("pooler." in name for name in weights.read_tensors(source))
+
     def save(out: Path) -> None:
         path = out / "model" / "model.safetensors"
         head = {weights.hf_name(f"mlm_head.{name}", model_type): p for name, p in objective.head.named_parameters()}
-        weights.write_safetensors({**weights.read_safetensors(path), **head}, path)
+        state = weights.read_safetensors(path)
+        if not pooler:  # a *ForMaskedLM source has none, and BertForMaskedLM would call one unexpected
+            state = {name: t for name, t in state.items() if not name.startswith("pooler.")}
+        weights.write_safetensors({**state, **head}, path)
     return save
 
 

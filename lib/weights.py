@@ -536,7 +536,8 @@ def pooler_tensors(source: Path | None, values: dict) -> dict[str, torch.Tensor]
     if values["model_type"] not in POOLER_TYPES:
         return {}
     prefix = ARCHITECTURES[values["model_type"]].prefix
-    state = read_tensors(source) if source is not None else {}
+    has_weights = source is not None and any((source / f).exists() for f in ("model.safetensors", "pytorch_model.bin"))
+    state = read_tensors(source) if has_weights else {}  # a config-only folder (a model from scratch) has none
     names = {name: name.removeprefix(prefix) for name in state}
     d = values["hidden_size"]
     kept = {ours: state[name] for name, ours in names.items() if ours.startswith("pooler.")}

@@ -576,7 +576,7 @@ def test_eval_data_keeps_the_best_dev_checkpoint(tiny_model_dir, small_corpus, d
 
     best = SentenceEncoder.from_pretrained(tmp_path / "best")
     assert best.pooling == "mean"  # saved with plain mean pooling; last2-mean is applied at evaluation only
-    last2 = SentenceEncoder(best.bert, best.tokenizer, "last2-mean", best.max_length)
+    last2 = SentenceEncoder(best.bert, best.tokenizer, "last2-mean", best.max_length, source=best.source)  # its Normalize too
     assert abs(evaluate(last2, ["stsb-dev"], data_dir)["stsb-dev"] - scores[0]) < 1e-6
     final = SentenceEncoder.from_pretrained(tmp_path / "model")
     assert not torch.equal(final.bert.layers[0].ffn.up.weight, best.bert.layers[0].ffn.up.weight)
