@@ -75,9 +75,10 @@ def gather(folder: Path) -> dict:
         scores[path.stem] = {key: value for key, value in result.items() if key not in ("model", "data_dir")}
     if (folder / "log.jsonl").exists():
         log = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
-        losses, evals = [r["loss"] for r in log if "loss" in r], [r for r in log if "eval" in r]
+        steps, evals = [r for r in log if "loss" in r], [r for r in log if "eval" in r]
+        losses = [r["loss"] for r in steps]
         scores["loss"] = {"first": losses[0], "last": losses[-1], "final": statistics.mean(losses[-max(1, len(losses) // 10):]),
-                          "steps": [r["step"] for r in log if "loss" in r][-1]}
+                          "steps": steps[-1]["step"]}
         if norms := [r["grad_norm"] for r in log if "grad_norm" in r]:
             scores["smallest_grad_norm"] = min(norms)
         if evals:  # the last held-out evaluation, and the step of best/ (the best one)
