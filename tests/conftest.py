@@ -176,6 +176,7 @@ QUICK = {
     "test_architectures.py": ["test_an_unsupported_type_names_the_supported_ones"],
     "test_assignments.py": ["test_student_copy_keeps_signatures_and_docstrings_and_blanks_the_rest"],
     "test_docs.py": ["test_command_parses", "test_named_code_exists"],
+    "test_walkthrough.py": ["test_the_committed_notebook_is_the_source_run"],
 }
 
 
