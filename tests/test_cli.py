@@ -191,10 +191,11 @@ def test_runtime_requirements_do_not_pull_the_test_oracles():
 
 
 def project_modules() -> dict[str, Path]:
-    """{dotted name: file} of the code outside tests/, bench/ and examples/: the root's files and its folders'."""
+    """{dotted name: file} of the code outside tests/, bench/, examples/ and docs/ (the walkthrough's source, which
+    checks itself against transformers as the tests do): the root's files and its folders'."""
     files = [*ROOT.glob("*.py"), *ROOT.glob("*/*.py")]
     return {".".join(path.relative_to(ROOT).with_suffix("").parts): path for path in files
-            if path.parent.name not in ("tests", "bench", "examples") and path.name != "__init__.py"}
+            if path.parent.name not in ("tests", "bench", "examples", "docs") and path.name != "__init__.py"}
 
 
 def project_imports(tree: ast.AST, modules: set[str]) -> set[str]:

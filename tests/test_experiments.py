@@ -207,9 +207,13 @@ def test_the_readme_runs_gather_and_summarise(tmp_path, capsys):
         "twitterpara": {"url_ap": 75.0, "pit_ap": 65.0}}}))
     assert arms.gather(folder) == {"eval": {"twitterpara": 70.0, "details": {"twitterpara": {"url_ap": 75.0, "pit_ap": 65.0}}}}
     (folder / "log.jsonl").write_text("".join(json.dumps({"step": i, "loss": 10.0 - i, "grad_norm": 1.0 + i}) + "\n"
-                                              for i in range(1, 11)) + json.dumps({"step": 10, "eval": 3.0}) + "\n")
+                                              for i in range(1, 11)) + json.dumps({"step": 5, "eval": 2.0}) + "\n"
+                                      + json.dumps({"step": 10, "eval": 3.0}) + "\n")
+    (folder / "checkpoint").mkdir()
+    (folder / "checkpoint" / "progress.json").write_text(json.dumps({"best": 2.0}))  # lower is better: a loss
     assert arms.gather(folder)["loss"] == {"first": 9.0, "last": 0.0, "final": 0.0, "steps": 10}
-    assert arms.gather(folder)["smallest_grad_norm"] == 2.0 and arms.gather(folder)["best_step"] == 10
+    assert arms.gather(folder)["smallest_grad_norm"] == 2.0 and arms.gather(folder)["eval_last"] == 3.0
+    assert arms.gather(folder)["best_step"] == 5
 
     argv = ["twitter", "--summary", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
     results.main(argv)

@@ -1,0 +1,64 @@
+"""The walkthrough stays true (issue 47): docs/walkthrough.py (jupytext's percent format, the reviewed source) runs
+from a fresh kernel, its asserts checking the numbers it states (the vectors equal transformers', the per-token
+terms average to TSDAELoss, the decoder reads nothing but the vector, the loss read off the similarity matrix is
+nt_xent's); and the committed docs/walkthrough.ipynb is that source, run: the same cells, each with its outputs,
+in one run from top to bottom, small enough to read on the repository's web page.
+
+Rebuild the notebook after editing the source: `make walkthrough-build`.
+"""
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from conftest import DATA_DIR
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE, NOTEBOOK = ROOT / "docs" / "walkthrough.py", ROOT / "docs" / "walkthrough.ipynb"
+MAX_BYTES = 1_000_000  # the committed notebook, outputs and figures included
+MIN_FIGURES = 8
+
+
+def cells(notebook: nbformat.NotebookNode) -> list[tuple[str, str]]:
+    return [(cell.cell_type, cell.source.strip()) for cell in notebook.cells]
+
+
+def test_the_committed_notebook_is_the_source_run():
+    committed = nbformat.read(NOTEBOOK, as_version=4)
+    source = jupytext.read(SOURCE)
+    theirs, ours = cells(committed), cells(source)
+    stale = [i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b]
+    assert len(theirs) == len(ours) and not stale, (
+        f"docs/walkthrough.ipynb is not docs/walkthrough.py: {len(theirs)} cells against {len(ours)}, first "
+        f"different cell {stale[:1] or 'past the shorter'}; rebuild it with `make walkthrough-build`")
+    code = [cell for cell in committed.cells if cell.cell_type == "code"]
+    counts = [cell.execution_count for cell in code]
+    assert counts == list(range(1, len(code) + 1)), (
+        f"the notebook's cells were not run once, top to bottom, in one kernel (execution counts {counts})")
+    errors = [o for cell in code for o in cell.outputs if o.output_type == "error"]
+    assert not errors, f"a committed cell ends in an error: {errors[0].ename}: {errors[0].evalue}"
+    figures = sum("image/png" in o.get("data", {}) for cell in code for o in cell.outputs)
+    assert figures >= MIN_FIGURES, f"the notebook shows {figures} figures; the walkthrough promises {MIN_FIGURES}"
+    size = NOTEBOOK.stat().st_size
+    assert size < MAX_BYTES, f"docs/walkthrough.ipynb is {size} bytes; keep its figures small (dpi)"
+
+
+def test_the_walkthrough_runs_from_a_fresh_kernel(monkeypatch):
+    """Every cell of the source, in a new kernel, with fewer training steps (WALKTHROUGH_QUICK); a cell that raises,
+    one of its asserts included, fails here with its traceback."""
+    if not (DATA_DIR / "stsbenchmark").is_dir():
+        pytest.skip(f"section 7 reads the STS benchmark, not in {DATA_DIR} (python evaluate.py --fetch-data data)")
+    monkeypatch.setenv("WALKTHROUGH_QUICK", "1")  # the kernel inherits this process's environment
+    monkeypatch.setenv("EVAL_DATA_DIR", str(DATA_DIR))
+    notebook = jupytext.read(SOURCE)
+    client = NotebookClient(notebook, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(ROOT / "docs")}})
+    try:
+        client.execute()
+    except CellExecutionError as err:
+        pytest.fail(f"docs/walkthrough.py failed in a fresh kernel:\n{err}", pytrace=False)
+    ran = [cell.execution_count for cell in notebook.cells if cell.cell_type == "code"]
+    assert None not in ran and len(ran) > 10, f"not every cell ran: execution counts {ran}"
