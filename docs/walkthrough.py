@@ -32,9 +32,11 @@
 # `make walkthrough-build`; `tests/test_walkthrough.py` runs this source from a fresh kernel (with fewer training
 # steps) and checks that the committed notebook's cells are this file's. Open it with `make walkthrough`.
 #
-# To run it: `pip install -r requirements.txt -r requirements-dev.txt` in the repository (a hosted notebook service
-# too: clone the repository, install those two files, open this notebook from `docs/`), then run every cell, about
-# three minutes on 2 CPU cores. The model is the raw masked-LM "bert-mini" stand-in (4 layers, width 256: [standin.md](standin.md)) when it is
+# To run it: `make install-dev` in the repository (or, on a hosted notebook service, clone the repository and run
+# the Makefile's `pip install` lines; with ../shared/ absent the model is the shipped all-MiniLM-L6-v2), open this
+# notebook from `docs/`, and run every cell: a minute or two on 2 CPU cores (its last cell prints the time).
+#
+# The model is the raw masked-LM "bert-mini" stand-in (4 layers, width 256: [standin.md](standin.md)) when it is
 # there (`$MINI`, else `../shared/models/bert-mini-mlm`), else the shipped all-MiniLM-L6-v2. Section 7 reads the
 # STS benchmark (`python evaluate.py --fetch-data data`, or `$EVAL_DATA_DIR`).
 
@@ -44,7 +46,10 @@ import os
 import random
 import sys
 import time
+import warnings
 from pathlib import Path
+
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a notebook without ipywidgets
 
 started = time.perf_counter()
 ROOT = Path.cwd().parent if Path.cwd().name == "docs" else Path.cwd()  # the repository: the commands' paths
@@ -320,7 +325,9 @@ plt.show()
 # %% [markdown]
 # What does the vector remember? Damage a few sentences as training does, and let the decoder rebuild each from
 # its vector alone (greedy decoding, `tsdae.reconstruct`), before training and after (the README's
-# `examples/reconstruct.py` does the same from the command line).
+# `examples/reconstruct.py` does the same from the command line). Before training the decoder knows no sentence;
+# after 300 steps from the raw stand-in it has learned the corpus's commonest words more than any one sentence
+# (the README's run from all-MiniLM-L6-v2 gets back each sentence's topic).
 
 # %%
 trained, settings = tsdae.load_decoder(tsdae_run)
@@ -474,8 +481,8 @@ ax.set_title("the shape of the space")
 plt.show()
 
 # %% [markdown]
-# A few dozen steps on 248 sentences already push the random pairs apart; the README's figure shows longer runs
-# on the STS sentences. **Exercise 9** writes the ranking metrics that score a space
+# ConSERT's 60 steps on 248 sentences already push the random pairs apart; TSDAE's short run from the raw model
+# does not (the README's figure shows longer runs on the STS sentences, where it does, less than ConSERT). **Exercise 9** writes the ranking metrics that score a space
 # (`evaluate.query_metrics`, `average_precision`: `python course/assignments.py grade 9`).
 #
 # ## 8. Then your labels

@@ -2,10 +2,12 @@
 from a fresh kernel, its asserts checking the numbers it states (the vectors equal transformers', the per-token
 terms average to TSDAELoss, the decoder reads nothing but the vector, the loss read off the similarity matrix is
 nt_xent's); and the committed docs/walkthrough.ipynb is that source, run: the same cells, each with its outputs,
-in one run from top to bottom, small enough to read on the repository's web page.
+in one run from top to bottom, small enough to read on the repository's web page, its run time and size as the
+README states them.
 
 Rebuild the notebook after editing the source: `make walkthrough-build`.
 """
+import re
 from pathlib import Path
 
 import jupytext
@@ -44,6 +46,9 @@ def test_the_committed_notebook_is_the_source_run():
     assert figures >= MIN_FIGURES, f"the notebook shows {figures} figures; the walkthrough promises {MIN_FIGURES}"
     size = NOTEBOOK.stat().st_size
     assert size < MAX_BYTES, f"docs/walkthrough.ipynb is {size} bytes; keep its figures small (dpi)"
+    seconds = re.search(r"the whole notebook: (\d+) s", "".join(o.get("text", "") for o in code[-1].outputs))[1]
+    stated = f"{seconds} s on 2 CPU cores, {round(size / 1000)} KB)"
+    assert stated in (ROOT / "README.md").read_text(encoding="utf-8"), f"the README should say: {stated}"
 
 
 def test_the_walkthrough_runs_from_a_fresh_kernel(monkeypatch):
