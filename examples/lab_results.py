@@ -67,12 +67,13 @@ MEASURES = {
     "alignment": ("eval", "details", "align-uniform", "alignment"),
     "uniformity": ("eval", "details", "align-uniform", "uniformity"),
     "smallest gradient norm (before clipping to 1)": ("smallest_grad_norm",),
+    "step of the lowest held-out loss (best/)": ("best_step",),
 }
 # lab -> (the comparisons: (baseline, arm) pairs, the measures of its table)
 LABS = {
     "lab1": ([("cutoff", "cutoff_masked")], ["STS-b test"]),
     "lab2": ([("fresh", "once")], ["STS-b test", "final training loss (the mean of the last 10% of the steps)",
-                                   "held-out loss (the last evaluation)"]),
+                                   "held-out loss (the last evaluation)", "step of the lowest held-out loss (best/)"]),
     "lab3": ([("simcse", "shared")], ["STS-b test", "final training loss (the mean of the last 10% of the steps)",
                                       "alignment", "uniformity"]),
     "lab4": ([("simcse", "no_dropout")], ["STS-b test", "final training loss (the mean of the last 10% of the steps)",
@@ -112,7 +113,8 @@ def table(lab: str, scores: dict[str, list[dict]]) -> str:
         return found
 
     def cells(numbers: list[float]) -> str:
-        digits = 2 if max(abs(v) for v in numbers) >= 0.05 else 4  # a loss of 0.0004 keeps its digits
+        digits = 0 if all(isinstance(v, int) for v in numbers) else 2 if max(abs(v) for v in numbers) >= 0.05 else 4
+        # (a step is a whole number; a loss of 0.0004 keeps its digits)
         return " | ".join(f"{v:.{digits}f}" for v in numbers) + f" | {mean_sd(numbers, digits)}"
 
     comparisons, measures = LABS[lab]

@@ -8,6 +8,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import pytest
 from scipy import stats
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -15,6 +16,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import ablations  # noqa: E402
 import arms  # noqa: E402
+import lab_results  # noqa: E402
 import pretraining_claim  # noqa: E402
 import results  # noqa: E402
 
@@ -86,15 +88,18 @@ def test_the_claim_table_regenerates_from_its_scores(tmp_path, capsys):
     assert (tmp_path / "table.md").read_bytes() == (published / "table.md").read_bytes()
 
 
-def test_the_readme_tables_regenerate_from_their_scores(tmp_path, capsys):
-    """`results.py all --summary` on the committed scores writes each committed docs/results table to the byte."""
-    published = ROOT / "docs" / "results"
+@pytest.mark.parametrize("script, folder, tables", [(results, "results", results.EXPERIMENTS),
+                                                    (lab_results, "labs", list(lab_results.LABS))])
+def test_the_readme_and_lab_tables_regenerate_from_their_scores(script, folder, tables, tmp_path, capsys):
+    """`results.py all --summary` and `lab_results.py all --summary` on the committed scores write each committed
+    table of docs/results and docs/labs to the byte."""
+    published = ROOT / "docs" / folder
     shutil.copytree(published / "scores", tmp_path / "scores")
-    results.main(["all", "--summary", "--results", str(tmp_path), "--out", str(tmp_path / "runs")])
+    script.main(["all", "--summary", "--results", str(tmp_path), "--out", str(tmp_path / "runs")])
     capsys.readouterr()
-    for experiment in results.EXPERIMENTS:
-        assert (tmp_path / f"{experiment}.md").read_bytes() == (published / f"{experiment}.md").read_bytes(), \
-            f"docs/results/{experiment}.md is stale"
+    for name in tables:
+        assert (tmp_path / f"{name}.md").read_bytes() == (published / f"{name}.md").read_bytes(), \
+            f"docs/{folder}/{name}.md is stale"
 
 
 def quoted_tables(document: str) -> list[tuple[str, str, str]]:
@@ -104,17 +109,19 @@ def quoted_tables(document: str) -> list[tuple[str, str, str]]:
 
 def test_the_documents_quote_each_table_as_written():
     """Every table a document quotes between `<!-- PATH: COMMAND -->` and `<!-- end -->` is the file at PATH, to
-    the byte, and its command is the one that writes that file; README and EXPERIMENTS quote their tables so."""
+    the byte, and its command is the one that writes that file; README, EXPERIMENTS and LABS quote their tables so."""
     seen = set()
     for document in arms.DOCUMENTS:
         for path, command, text in quoted_tables((ROOT / document).read_text(encoding="utf-8")):
             assert text == (ROOT / path).read_text(encoding="utf-8"), f"{document} quotes a stale {path}"
-            script = {"docs/results": "examples/results.py", "docs/pretraining_claim": "examples/pretraining_claim.py"}
+            script = {"docs/results": "examples/results.py", "docs/pretraining_claim": "examples/pretraining_claim.py",
+                      "docs/labs": "examples/lab_results.py"}
             assert command.startswith(f"python {script[str(Path(path).parent)]}"), f"{document}: {path} by {command}"
             seen.add((document, path))
     for name in results.EXPERIMENTS:
         assert any(path == f"docs/results/{name}.md" for _, path in seen), f"no document quotes docs/results/{name}.md"
     assert ("examples/EXPERIMENTS.md", "docs/pretraining_claim/table.md") in seen
+    assert {("LABS.md", f"docs/labs/{lab}.md") for lab in lab_results.LABS} <= seen, "LABS.md quotes every lab's table"
 
 
 SETTING = r"(?:lr|temperature|deletion|ratio|cutoff|p <) "  # a number after these is a setting, not a result
@@ -126,13 +133,13 @@ def prose_numbers(document: str) -> list[str]:
     document = re.sub(r"<!-- [\w/.-]+\.md: .*? -->\n.*?<!-- end -->", "", document, flags=re.S)
     document = re.sub(r"```.*?```", "", document, flags=re.S)
     document = re.sub(r"`[^`]*`|\]\([^)]*\)|" + SETTING + r"\d+\.\d+", "", document)
-    return re.findall(r"(?<![\w.§:])-?\d+\.\d+(?![\w.+])", document)  # not §4.3, arXiv:2104.06979, 3.10+
+    return re.findall(r"(?<![\w.§:])-?\d+\.\d+(?![\w+]|\.\d)", document)  # not §4.3, arXiv:2104.06979, 3.10+, 2.13.0
 
 
 def test_the_prose_quotes_the_tables():
-    """Each decimal number in the prose of README.md and examples/EXPERIMENTS.md is a number of a table the
+    """Each decimal number in the prose of README.md, examples/EXPERIMENTS.md and LABS.md is a number of a table the
     document quotes (a result), or a setting written the same way in the defaults table or a command."""
-    for document in ("README.md", "examples/EXPERIMENTS.md"):
+    for document in ("README.md", "examples/EXPERIMENTS.md", "LABS.md"):
         text = (ROOT / document).read_text(encoding="utf-8")
         tables = " ".join(t for _, _, t in quoted_tables(text))
         settings = " ".join(re.findall(r"```.*?```|`[^`]*`", text, re.S)) + " ".join(
