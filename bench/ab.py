@@ -29,7 +29,7 @@ import data  # noqa: E402
 from speedups import fast  # noqa: E402
 import train  # noqa: E402
 import tsdae  # noqa: E402
-from bench import LR, SEED, TRAIN_BATCH, TRAIN_MAX_LENGTH, read_sts_train  # noqa: E402
+from bench import LR, SEED, TRAIN_BATCH, TRAIN_MAX_LENGTH, machine_description, read_sts_train, save, summary  # noqa: E402
 from lib.weights import default_model_path  # noqa: E402
 from model import Bert, SentenceEncoder  # noqa: E402
 
@@ -101,15 +101,20 @@ def training_step(objective: torch.nn.Module, batches: list[dict]) -> Callable[[
     return step
 
 
-def report(title: str, seconds: dict[str, list[float]], reference: str, warmup: int) -> None:
-    print(f"\n{title} ({len(seconds[reference]) - warmup} timed steps after {warmup} untimed)")
-    print(f"| version | s/step | {reference} / version (total) | median per-step ratio |")
-    print("|---|---|---|---|")
-    ref = seconds[reference][warmup:]
-    for name, times in seconds.items():
-        times = times[warmup:]
-        per_step = statistics.median(r / t for r, t in zip(ref, times))
-        print(f"| {name} | {sum(times) / len(times):.3f} | x{sum(ref) / sum(times):.3f} | x{per_step:.3f} |")
+def report(record: dict) -> str:
+    """The markdown tables of a run, from its --json record alone (`--summary FILE` prints them again)."""
+    lines = []
+    for table in record["tables"]:
+        seconds, reference, warmup = table["seconds"], table["reference"], table["warmup"]
+        ref = seconds[reference][warmup:]
+        lines += [f"{table['title']} ({len(ref)} timed steps after {warmup} untimed):", "",
+                  f"| version | s/step | {reference} / version (total) | median per-step ratio |", "|---|---|---|---|"]
+        for name, times in seconds.items():
+            times = times[warmup:]
+            per_step = statistics.median(r / t for r, t in zip(ref, times))
+            lines.append(f"| {name} | {sum(times) / len(times):.3f} | x{sum(ref) / sum(times):.3f} | x{per_step:.3f} |")
+        lines.append("")
+    return "\n".join(lines + [f"{record['machine']}. Command: `{record['command']}`"]) + "\n"
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -120,12 +125,22 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     p.add_argument("--only", nargs="*", default=["tsdae", "encode", "consert"], choices=["tsdae", "encode", "consert"])
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--json", default=None, metavar="OUT", help="also write every step's seconds to this JSON file, its table to OUT.md and the documents quoting it")
+    p.add_argument("--summary", default=None, metavar="JSON",
+                   help="print the tables of a saved --json run (and write them beside it as .md); runs nothing")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
+    if args.summary:
+        return summary(args.summary, report, "ab.py")
     torch.set_num_threads(args.threads)
+    tables = []
+
+    def measured(title: str, seconds: dict[str, list[float]], reference: str, warmup: int) -> None:
+        tables.append({"title": title, "reference": reference, "warmup": warmup, "seconds": seconds})
+        print(f"{title}: done", file=sys.stderr)
     from lib.taskfiles import default_data_dir
 
     model_path = args.model or default_model_path()
@@ -142,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         batches = [tsdae.collate_pairs([dataset[(0, i)] for i in b]) for b in order]
         steppers = {name: training_step(tsdae_objective(model_path, pieces), batches)
                     for name, pieces in TSDAE_VERSIONS.items()}
-        report("TSDAE training step", alternate(steppers, steps), "fast", args.warmup)
+        measured("TSDAE training step", alternate(steppers, steps), "fast", args.warmup)
 
     if "encode" in args.only:
         plain = SentenceEncoder.from_pretrained(model_path)
@@ -150,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         chunks = [sentences[i : i + 250] for i in range(0, 250 * 8, 250)]
         encoders = {"fast": quick, "plain": plain}
         steppers = {name: (lambda k, e=e: e.encode(chunks[k % len(chunks)])) for name, e in encoders.items()}
-        report("encode, 250 sentences a call (batch 64, max length 256)", alternate(steppers, 8 + 1), "fast", 1)
+        measured("encode, 250 sentences a call (batch 64, max length 256)", alternate(steppers, 8 + 1), "fast", 1)
 
     if "consert" in args.only:
         ids = data.tokenize(tokenizer, picked, TRAIN_MAX_LENGTH)
@@ -161,7 +176,12 @@ def main(argv: list[str] | None = None) -> int:
             steppers = {"fast": training_step(consert_objective(model_path, True), batches),
                         "plain": training_step(consert_objective(model_path, False), batches)}
             kind = "length buckets" if bucketing else "random batches"
-            report(f"ConSERT training step, {kind}", alternate(steppers, steps), "fast", args.warmup)
+            measured(f"ConSERT training step, {kind}", alternate(steppers, steps), "fast", args.warmup)
+    record = {"command": " ".join(["python bench/ab.py", *(argv if argv is not None else sys.argv[1:])]),
+              "machine": machine_description(torch.device("cpu"), args.threads), "tables": tables}
+    print(text := report(record), end="")
+    if args.json:
+        save(record, args.json, text)
     return 0
 
 

@@ -73,9 +73,11 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
 
 import torch  # noqa: E402
 
+from arms import publish  # noqa: E402
 from lib import weights  # noqa: E402
 from lib import cli  # noqa: E402
 import consert  # noqa: E402
@@ -501,46 +503,80 @@ def machine_description(device: torch.device, threads: int) -> str:
     return text
 
 
-def print_table(rows: list[tuple[str, dict, str | None]], device: torch.device, peak: dict) -> None:
-    gpu = device.type == "cuda"
+NAMES = {"train": "TSDAE training", "encode": "encode", "consert": "ConSERT training"}
+WHO_NAMES = {"ours": "ours (fast, the default)", "bucketed": "ours (fast, --bucketing: other batches)",
+             "plain": "ours (--plain)", "theirs": "sentence-transformers"}
+
+
+def report(record: dict) -> str:
+    """The markdown table of a run, from its --json record alone (`--summary FILE` prints it again)."""
+    results, gpu = record["results"], record["device"].startswith("cuda")
     head = ["system", "sentences/s median [min-max]", "ours / theirs", "peak RSS MB"]
     head += ["peak GPU MB"] if gpu else []
     head += ["useful GFLOP/s", "% of matmul peak"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    for name, s, ratio in rows:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for job, s in results.items():
+        part, who = job.split("_", 1)
+        name = f"{NAMES[part]}, {WHO_NAMES[who]}"
         if "error" in s:
-            print(f"| {name} | failed: {s['error'].splitlines()[-1][:100]} |" + " |" * (len(head) - 2))
+            lines.append(f"| {name} | failed: {s['error'].splitlines()[-1][:100]} |" + " |" * (len(head) - 2))
             continue
-        cells = [name, f"{s['rate_median']:.1f} [{s['rate_min']:.1f}-{s['rate_max']:.1f}]", ratio or "",
+        theirs = results.get(f"{part}_theirs", {})
+        ratio = f"{s['rate_median'] / theirs['rate_median']:.2f}x" if who != "theirs" and "rate_median" in theirs else ""
+        cells = [name, f"{s['rate_median']:.1f} [{s['rate_min']:.1f}-{s['rate_max']:.1f}]", ratio,
                  f"{s['peak_rss_mb']:.0f}"]
         cells += [f"{s['peak_gpu_mb']:.0f}"] if gpu else []
         cells += [f"{s['gflops']:.1f}" if "gflops" in s else "",
                   f"{100 * s['fraction_of_peak']:.0f}%" if "fraction_of_peak" in s else ""]
-        print("| " + " | ".join(cells) + " |")
-    if "error" in peak:
-        print(f"| matmul peak | failed: {peak['error'].splitlines()[-1][:100]} |" + " |" * (len(head) - 2))
+        lines.append("| " + " | ".join(cells) + " |")
+    peaks = [r for r in record["matmul"] if "error" not in r]
+    if not peaks:
+        lines.append(f"| matmul peak | failed: {record['matmul'][0]['error'].splitlines()[-1][:100]} |"
+                     + " |" * (len(head) - 2))
     else:
-        gflops = [r["gflops"] for r in peak["runs"]]
-        cells = [f"matmul {peak['runs'][0]['n']}^3 {peak['runs'][0]['dtype']} (peak)", "", "", ""]
-        cells += [""] if gpu else []
+        gflops = [r["gflops"] for r in peaks]
+        cells = [f"matmul {peaks[0]['n']}^3 {peaks[0]['dtype']} (peak)", "", "", ""] + ([""] if gpu else [])
         cells += [f"{statistics.median(gflops):.1f} [{min(gflops):.1f}-{max(gflops):.1f}]", "100%"]
-        print("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(cells) + " |")
+    tokens = record["tokens_per_sentence"]
+    if any(job.startswith("train_") for job in results):
+        fmt = lambda t: " / ".join(f"{t[k]:.1f}" for k in ("encoder", "decoder", "lm_head"))  # noqa: E731
+        lines += ["", f"TSDAE tokens per sentence computed (encoder / decoder / LM head): real {fmt(tokens['real'])}; "
+                  f"ours {fmt(tokens['ours'])}" + (f"; sentence-transformers {fmt(tokens['theirs'])}"
+                                                   if "train_theirs" in results else "")]
+        kernel = [f"{job.split('_', 1)[1]} {s['kernel_ms_per_step']:.0f} ms" for job, s in results.items()
+                  if job.startswith("train_") and "kernel_ms_per_step" in s]
+        if kernel:
+            lines.append("TSDAE CPU time in the OS kernel per step (mostly page faults on freshly allocated memory): "
+                         + ", ".join(kernel))
+    for job, s in results.items():  # --profile: the last round's top operators, the matmul kernels' share
+        r = next((r for r in reversed(s.get("runs", [])) if "profile" in r), None)
+        if r is not None:
+            gflops = record["useful_flops"][job.split("_")[0]] / r["matmul_seconds"] / 1e9
+            peak = record["matmul_peak_gflops"]
+            lines += ["", f"{job} (profiled): matmul kernels {r['matmul_seconds']:.2f} s of {r['op_seconds']:.2f} s in "
+                      f"operators ({r['matmul_seconds'] / r['op_seconds']:.0%}); useful work inside them {gflops:.1f} "
+                      f"GFLOP/s" + (f", {gflops / peak:.0%} of the matmul peak" if peak else ""),
+                      "", "```", r["profile"].rstrip("\n"), "```"]
+    lines += ["", f"{record['machine']}. Command: `{record['command']}`"]
+    return "\n".join(lines) + "\n"
 
 
-def print_profiles(runs: dict, flops: dict, peak_gflops: float | None) -> None:
-    """--profile: per training job, the last round's top operators, and how fast the matmul kernels alone turn
-    the useful FLOPs over (the rest of the step is everything else: optimizer, norms, dropout, memory)."""
-    for job, part in [("train_ours", "train"), ("train_bucketed", "train"), ("train_plain", "train"), ("train_theirs", "train"),
-                      ("consert_ours", "consert"), ("consert_plain", "consert")]:
-        r = next((r for r in reversed(runs.get(job, [])) if "profile" in r), None)
-        if r is None:
-            continue
-        gflops = flops[part] / r["matmul_seconds"] / 1e9
-        share = f", {gflops / peak_gflops:.0%} of the matmul peak" if peak_gflops else ""
-        print(f"\n{job} (profiled): matmul kernels {r['matmul_seconds']:.2f} s of {r['op_seconds']:.2f} s in operators "
-              f"({r['matmul_seconds'] / r['op_seconds']:.0%}); useful work inside them {gflops:.1f} GFLOP/s{share}"
-              f"\n{r['profile']}")
+def save(record: dict, path: str, text: str) -> None:
+    """--json OUT: the record to OUT, its table beside it (OUT.md) and into the documents that quote it."""
+    Path(path).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    publish(Path(path).with_suffix(".md"), text.rstrip("\n"))
+
+
+def summary(path: str, report: Callable[[dict], str], script: str) -> int:
+    """--summary JSON: a saved record's table again, from the record alone, printed and published as `save` does."""
+    try:
+        text = report(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError) as error:
+        raise SystemExit(f"error: {path} is not a --json record of {script} ({error})") from None
+    publish(Path(path).with_suffix(".md"), text.rstrip("\n"))
+    print(text, end="")
+    return 0
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -561,7 +597,10 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test")
     p.add_argument("--profile", action="store_true",
                    help="also profile the training steps: top operators and the matmul kernels' share (slower)")
-    p.add_argument("--json", default=None, metavar="OUT", help="also write every figure to this JSON file")
+    p.add_argument("--json", default=None, metavar="OUT",
+                   help="also write every figure to this JSON file, its table to OUT.md and the documents quoting it")
+    p.add_argument("--summary", default=None, metavar="JSON",
+                   help="print the table of a saved --json run again (and write it where --json does); runs nothing")
     p.add_argument("--_job", default=None, help=argparse.SUPPRESS)
     return p
 
@@ -578,6 +617,8 @@ def main(argv=None) -> int:
     if args._job:
         run_job(args._job)
         return 0
+    if args.summary:
+        return summary(args.summary, report, "bench.py")
     device = cli.device(args.device)
     model_path = args.model or weights.default_model_path()
     encoder = model.SentenceEncoder.from_pretrained(model_path)  # its max length is the one encode uses
@@ -630,50 +671,26 @@ def main(argv=None) -> int:
 
     ok_peaks = [r["gflops"] for r in runs["matmul"] if "error" not in r]
     peak_gflops = statistics.median(ok_peaks) if ok_peaks else None
-    peak = {"runs": runs["matmul"]} if ok_peaks else {"error": runs["matmul"][0]["error"]}
     pairs = work["pairs"]
     flops = {
         "train": tsdae_step_flops([len(d) for d, _ in pairs], [len(o) for _, o in pairs], cfg),
         "encode": encode_flops([len(s) for s in data.tokenize(tokenizer, work["encode_sentences"], encoder.max_length)], cfg),
         "consert": consert_step_flops([len(s) for s in work["consert_ids"]], cfg),
     }
-    names = {"train": "TSDAE training", "encode": "encode", "consert": "ConSERT training"}
-    who_names = {"ours": "ours (fast, the default)", "bucketed": "ours (fast, --bucketing: other batches)",
-                 "plain": "ours (--plain)", "theirs": "sentence-transformers"}
-    summary, rows = {}, []
+    results = {}
     for part in parts:
         for who in systems:
-            job = f"{part}_{who}"
-            if job not in runs:
-                continue
-            summary[job] = s = summarise(runs[job], flops[part], peak_gflops)
-            ratio = None
-            if who != "theirs" and f"{part}_theirs" in runs:
-                t = summarise(runs[f"{part}_theirs"], None, None)
-                if "error" not in s and "error" not in t:
-                    ratio = f"{s['rate_median'] / t['rate_median']:.2f}x"
-            rows.append((f"{names[part]}, {who_names[who]}", s, ratio))
+            if f"{part}_{who}" in runs:
+                results[f"{part}_{who}"] = summarise(runs[f"{part}_{who}"], flops[part], peak_gflops)
+    record = {"command": " ".join(["python bench/bench.py", *(argv if argv is not None else sys.argv[1:])]),
+              "machine": machine_description(device, args.threads), "device": str(device), "settings": vars(args),
+              "load_average_at_start": load, "tokens_per_sentence": tokens, "useful_flops": flops,
+              "matmul_peak_gflops": peak_gflops, "matmul": runs["matmul"], "results": results}
     print()
-    print_table(rows, device, peak)
-    if "train" in parts:
-        fmt = lambda t: " / ".join(f"{t[k]:.1f}" for k in ("encoder", "decoder", "lm_head"))
-        print(f"\nTSDAE tokens per sentence computed (encoder / decoder / LM head): real {fmt(tokens['real'])}; "
-              f"ours {fmt(tokens['ours'])}" + (f"; sentence-transformers {fmt(tokens['theirs'])}" if theirs else ""))
-        kernel = [f"{who} {summary[f'train_{who}']['kernel_ms_per_step']:.0f} ms" for who in systems
-                  if "kernel_ms_per_step" in summary.get(f"train_{who}", {})]
-        if kernel:
-            print("TSDAE CPU time in the OS kernel per step (mostly page faults on freshly allocated memory): "
-                  + ", ".join(kernel))
-    if args.profile:
-        print_profiles(runs, flops, peak_gflops)
-    print(f"\n{machine_description(device, args.threads)}. Command: python bench/bench.py "
-          + " ".join(a for a in (argv if argv is not None else sys.argv[1:])))
+    print(text := report(record), end="")
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "machine": machine_description(device, args.threads), "device": str(device), "settings": vars(args),
-            "load_average_at_start": load, "tokens_per_sentence": tokens, "useful_flops": flops, "matmul_peak_gflops": peak_gflops, "matmul": runs["matmul"], "results": summary,
-        }, indent=2))
-    return 0 if all("error" not in s for s in summary.values()) and ok_peaks else 1
+        save(record, args.json, text)
+    return 0 if all("error" not in s for s in results.values()) and ok_peaks else 1
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ larger than memory). Runs `python tsdae.py --steps 1` on the corpus and on its f
 process, and prints both and the difference.
 
     python bench/corpus.py --lines 1000000              # a generated corpus, in a temporary folder
+    python bench/corpus.py --lines 1000000 10000000 --json bench/results/corpus.json   # two, and a record
+    python bench/corpus.py --summary bench/results/corpus.json                         # its table again
     python bench/corpus.py --corpus FILE                # a file of your own
     python bench/corpus.py --lines 1000000 --bucketing  # any other flag goes to tsdae.py (--model DIR, ...)
 
@@ -25,7 +27,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
+from bench import save, summary  # noqa: E402
 from lib.weights import default_model_path  # noqa: E402
 
 SMALL_LINES = 20000
@@ -71,31 +75,53 @@ def measure(corpus: Path, out: Path, tsdae_args: list[str]) -> tuple[float, floa
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog="Other flags go to tsdae.py.",
                                 allow_abbrev=False)
-    p.add_argument("--corpus", type=Path, help="a corpus to measure (default: one generated with --lines)")
-    p.add_argument("--lines", type=int, default=1000000, help="lines of the generated corpus")
+    p.add_argument("--corpus", type=Path, help="a corpus to measure (default: generated ones, with --lines)")
+    p.add_argument("--lines", type=int, nargs="+", default=[1000000], help="lines of each generated corpus")
+    p.add_argument("--json", default=None, metavar="OUT", help="also write every figure to this JSON file, its table to OUT.md and the documents quoting it")
+    p.add_argument("--summary", default=None, metavar="JSON",
+                   help="print the table of a saved --json run again (and write it where --json does); runs nothing")
     return p
 
 
-def main() -> int:
-    args, tsdae_args = make_parser().parse_known_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        corpus = args.corpus
-        if corpus is None:
-            corpus = tmp / f"corpus-{args.lines}.txt"
-            write_corpus(corpus, args.lines)
-        small = tmp / "small.txt"
-        with open(corpus, "rb") as big, open(small, "wb") as f:
-            f.writelines(itertools.islice(big, SMALL_LINES))
-        print(" ".join(["python tsdae.py --steps 1", *tsdae_args]))
-        print(f"{'corpus':<28} {'MB':>8} {'first step s':>13} {'in all s':>9} {'peak RSS MiB':>12}")
-        rows = {}
-        for name, path in [(f"its first {SMALL_LINES:,} lines", small), (corpus.name, corpus)]:
-            rows[name] = measure(path, tmp / f"run-{len(rows)}", tsdae_args)
-            first_step, total, rss = rows[name]
-            print(f"{name:<28} {path.stat().st_size / 1e6:>8.1f} {first_step:>13.1f} {total:>9.1f} {rss:>12.0f}")
-        (small_first, _, small_rss), (big_first, _, big_rss) = rows.values()
-        print(f"{'difference':<28} {'':>8} {big_first - small_first:>13.1f} {'':>9} {big_rss - small_rss:>12.0f}")
+def report(record: dict) -> str:
+    """The markdown table of a run, from its --json record alone: each corpus against its own first lines."""
+    lines = [f"| corpus | first step s | over {SMALL_LINES // 1000}k lines | peak RSS MiB | over {SMALL_LINES // 1000}k lines "
+             "| whole run s |", "| --- | --- | --- | --- | --- | --- |"]
+    for row in record["rows"]:
+        (small_first, _, small_rss), (first, total, rss) = row["small"], row["big"]
+        lines.append(f"| {row['corpus']} ({row['mb']:,.0f} MB) | {first:.1f} | {first - small_first:+.1f} | {rss:,.0f} "
+                     f"| {rss - small_rss:+,.0f} | {total:.1f} |")
+    return "\n".join(lines + ["", f"Command: `{record['command']}`"]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, tsdae_args = make_parser().parse_known_args(argv)
+    if args.summary:
+        return summary(args.summary, report, "corpus.py")
+    record = {"command": " ".join(["python bench/corpus.py", *(argv if argv is not None else sys.argv[1:])]),
+              "rows": []}
+    print(" ".join(["python tsdae.py --steps 1", *tsdae_args]))
+    print(f"{'corpus':<28} {'MB':>8} {'first step s':>13} {'in all s':>9} {'peak RSS MiB':>12}")
+    for lines in [None] if args.corpus else args.lines:
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            corpus = args.corpus
+            if corpus is None:
+                corpus = tmp / f"corpus-{lines}.txt"
+                write_corpus(corpus, lines)
+            small = tmp / "small.txt"
+            with open(corpus, "rb") as big, open(small, "wb") as f:
+                f.writelines(itertools.islice(big, SMALL_LINES))
+            row = {"corpus": corpus.name if lines is None else f"{lines:,} generated lines",
+                   "mb": corpus.stat().st_size / 1e6}
+            for key, name, path in [("small", f"its first {SMALL_LINES:,} lines", small), ("big", corpus.name, corpus)]:
+                row[key] = first_step, total, rss = measure(path, tmp / f"run-{key}", tsdae_args)
+                print(f"{name:<28} {path.stat().st_size / 1e6:>8.1f} {first_step:>13.1f} {total:>9.1f} {rss:>12.0f}")
+            record["rows"].append(row)
+    print()
+    print(text := report(record), end="")
+    if args.json:
+        save(record, args.json, text)
     return 0
 
 

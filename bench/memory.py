@@ -1,7 +1,8 @@
 """Peak memory and seconds per sentence of ConSERT's training step, by batch size, with and without the cached
 gradient (--micro-batch, speedups/gradcache.py): does the memory stop growing with the batch, and what does it cost?
 
-    python bench/memory.py [--batch-sizes 64 256 1024] [--micro-batch 64] [--steps 3] [--corpus FILE]
+    python bench/memory.py [--batch-sizes 64 256 1024] [--micro-batch 64] [--steps 3] [--corpus FILE] [--json OUT]
+    python bench/memory.py --summary OUT   # the table again, from a saved run
 
 Each row is `python consert.py` (the shipped MiniLM, the official unsupervised views, CPU) run as a fresh process:
 peak memory is that process's maximum resident set (os.wait4's ru_maxrss), seconds per sentence is
@@ -20,7 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
+from bench import save, summary  # noqa: E402
 from lib.taskfiles import default_data_dir  # noqa: E402
 
 
@@ -42,12 +45,28 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--micro-batch", type=int, default=64, help="the chunk of the cached-gradient rows")
     p.add_argument("--steps", type=int, default=3, help="steps of the timed run (at least 2)")
     p.add_argument("--corpus", help="one sentence per line (default: --sts-corpus $EVAL_DATA_DIR)")
+    p.add_argument("--json", default=None, metavar="OUT", help="also write every figure to this JSON file, its table to OUT.md and the documents quoting it")
+    p.add_argument("--summary", default=None, metavar="JSON",
+                   help="print the table of a saved --json run again (and write it where --json does); runs nothing")
     return p
 
 
-def main() -> int:
-    args = make_parser().parse_args()
+def report(record: dict) -> str:
+    """The markdown table of a run, from its --json record alone."""
+    lines = ["| batch | chunks of | peak RSS MiB | ms / sentence |", "| --- | --- | --- | --- |"]
+    for row in record["rows"]:
+        per_sentence = (row["seconds"] - row["seconds_one_step"]) / ((record["steps"] - 1) * row["batch"])
+        lines.append(f"| {row['batch']} | {row['chunk'] or '-'} | {row['peak_mib']:,.0f} | {1000 * per_sentence:.1f} |")
+    return "\n".join(lines + ["", f"Command: `{record['command']}`"]) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    if args.summary:
+        return summary(args.summary, report, "memory.py")
     source = ["--corpus", args.corpus] if args.corpus else ["--sts-corpus", str(default_data_dir())]
+    record = {"command": " ".join(["python bench/memory.py", *(argv if argv is not None else sys.argv[1:])]),
+              "steps": args.steps, "rows": []}
     print(f"{'batch':>6} {'chunks':>7} {'peak RSS MiB':>13} {'ms / sentence':>14}")
     with tempfile.TemporaryDirectory() as tmp:
         for batch in args.batch_sizes:
@@ -60,6 +79,12 @@ def main() -> int:
                 many, peak = run([*common, "--steps", str(args.steps)])
                 per_sentence = (many - one) / ((args.steps - 1) * batch)
                 print(f"{batch:>6} {chunk or '-':>7} {peak:>13.0f} {1000 * per_sentence:>14.1f}", flush=True)
+                record["rows"].append({"batch": batch, "chunk": chunk, "peak_mib": peak, "seconds": many,
+                                       "seconds_one_step": one})
+    print()
+    print(text := report(record), end="")
+    if args.json:
+        save(record, args.json, text)
     return 0
 
 

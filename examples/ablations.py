@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,8 +202,8 @@ def table_text(key: str, table: Table, results: dict[str, list[tuple[float, floa
     chosen = results.get(table.chosen, [])
     lines = [f"**{key}**: {table.varied} ({table.source}; the paper's numbers: {table.metric}). Chosen: "
              f"{table.chosen}. STS-b Spearman x 100, mean ± sd over seeds {', '.join(map(str, SEEDS))}.", "",
-             "| arm | paper | ours: dev | ours: test | chosen - arm, dev, per seed | verdict: dev "
-             "| chosen - arm, test, per seed | verdict: test |",
+             "| arm | paper | ours: dev | ours: test | chosen - arm, dev, per seed (mean) | verdict: dev "
+             "| chosen - arm, test, per seed (mean) | verdict: test |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     numbers, verdicts = {}, {}
     for name, (_, paper) in table.arms.items():
@@ -218,7 +219,8 @@ def table_text(key: str, table: Table, results: dict[str, list[tuple[float, floa
         cells = []
         for split, ours in enumerate((dev, test)):
             differences = [c[split] - o for c, o in zip(chosen, ours)]
-            cells.append((", ".join(f"{d:+.2f}" for d in differences), judge(table, name, differences)))
+            cells.append((", ".join(f"{d:+.2f}" for d in differences) + f" (mean {statistics.mean(differences):+.2f})",
+                          judge(table, name, differences)))
         verdicts[name] = (cells[0][1], cells[1][1])
         disagree = " (**differs from dev**)" if word(cells[0][1]) != word(cells[1][1]) else ""
         lines.append(f"| {name} | {shown} | {mean_sd(dev)} | {mean_sd(test)} | {cells[0][0]} | {cells[0][1]} | "

@@ -73,6 +73,8 @@ def gather(folder: Path) -> dict:
     for path in sorted(folder.glob("*.json")):
         result = json.loads(path.read_text())
         scores[path.stem] = {key: value for key, value in result.items() if key not in ("model", "data_dir")}
+        if "skipped" in result:  # the tasks, not their reasons (which name the machine's folders)
+            scores[path.stem]["skipped"] = sorted(result["skipped"])
     if (folder / "log.jsonl").exists():
         log = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
         steps, evals = [r for r in log if "loss" in r], [r for r in log if "eval" in r]
@@ -90,7 +92,8 @@ def gather(folder: Path) -> dict:
     return scores
 
 
-DOCUMENTS = ("README.md", "examples/EXPERIMENTS.md", "LABS.md", "docs/ablations.md")  # where tables are quoted
+DOCUMENTS = ("README.md", "examples/EXPERIMENTS.md", "LABS.md", "docs/ablations.md", "docs/evaluation.md",
+             "bench/README.md")  # where tables are quoted
 
 
 def publish(path: Path, text: str) -> None:

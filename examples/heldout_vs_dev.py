@@ -33,6 +33,20 @@ def evaluations(run: Path) -> list[dict]:
     return found
 
 
+def signals(found: list[dict]) -> list[tuple[str, float, int, float, float, float]]:
+    """For each signal the run logged at every evaluation: (name, its Spearman with dev, the step of its lowest
+    value, the dev score there, its first and last values)."""
+    dev, rows = [r["eval"] for r in found], []
+    for name in SIGNALS:
+        values = [r[name] for r in found if name in r]
+        if len(values) < len(found):
+            continue
+        rho = spearmanr([-v for v in values], dev).statistic  # signed: +1 = the signal falls as dev rises
+        chosen = min(range(len(found)), key=values.__getitem__)
+        rows.append((name, float(rho), found[chosen]["step"], dev[chosen], values[0], values[-1]))
+    return rows
+
+
 def report(run: Path) -> str:
     found = evaluations(run)
     dev = [r["eval"] for r in found]
@@ -40,13 +54,8 @@ def report(run: Path) -> str:
     lines = [f"{run}: {len(found)} evaluations, steps {found[0]['step']}-{found[-1]['step']}; best dev "
              f"{dev[best]:.2f} at step {found[best]['step']}",
              f"  {'signal':<20}{'Spearman with dev':>18}{'selects step':>14}{'dev there':>11}"]
-    for name in SIGNALS:
-        values = [r[name] for r in found if name in r]
-        if len(values) < len(found):
-            continue
-        rho = spearmanr([-v for v in values], dev).statistic  # signed: +1 = the signal falls as dev rises
-        chosen = min(range(len(found)), key=values.__getitem__)
-        lines.append(f"  {name:<20}{rho:>18.2f}{found[chosen]['step']:>14}{dev[chosen]:>11.2f}")
+    for name, rho, step, there, _, _ in signals(found):
+        lines.append(f"  {name:<20}{rho:>18.2f}{step:>14}{there:>11.2f}")
     return "\n".join(lines)
 
 
@@ -54,12 +63,18 @@ def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n", 1)[1])
     p.add_argument("runs", nargs="+", type=Path, help="run folders holding log.jsonl")
+    p.add_argument("--json", type=Path, metavar="OUT",
+                   help="with one run: also write its evaluations' records to this file (examples/results.py heldout)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
+    if args.json and len(args.runs) != 1:
+        raise SystemExit("error: --json takes one run folder")
     print("\n".join(report(run) for run in args.runs))
+    if args.json:
+        args.json.write_text(json.dumps({"evaluations": evaluations(args.runs[0])}, indent=2) + "\n", encoding="utf-8")
     return 0
 
 

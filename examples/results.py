@@ -6,6 +6,8 @@ written from them alone: the same way docs/ablations/ and docs/pretraining_claim
   labels    then your labels: fine-tuning on examples/topics_pairs.tsv, scored on examples/topics_test.tsv
   collapse  the cosines of random and paraphrase pairs (docs/similarities.png), raw and after each method
   twitter   TSDAE and ConSERT adapting all-MiniLM-L6-v2 to the TwitterPara test sentences (transductive, TSDAE §4)
+  minilm    the shipped all-MiniLM-L6-v2 on every task of evaluate.py --tasks all, and its alignment and uniformity
+  heldout   does the label-free held-out signal (--heldout) track STS-b dev? TSDAE and ConSERT from bert-mini
 
     python examples/results.py all --dry-run      # every command, and the cost estimate
     python examples/results.py topics             # run what is not done yet (resumable), then its table
@@ -27,20 +29,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import arms  # noqa: E402
+import heldout_vs_dev  # noqa: E402
 from arms import gather, mean_sd, publish, run_plan, training  # noqa: E402
 from lib import cli, run  # noqa: E402
 from lib.datafiles import sts_corpus  # noqa: E402
 from lib.weights import default_model_path  # noqa: E402
 
 SEEDS = (0, 1, 2)
-EXPERIMENTS = ("mini", "topics", "labels", "collapse", "twitter")
+EXPERIMENTS = ("mini", "topics", "labels", "collapse", "twitter", "minilm", "heldout")
 TOPICS = ["--corpus", "examples/topics.txt"]
 LABELS = ["--labels", "examples/topics_labels.txt"]
 TEST_SET = "sts:examples/topics_test.tsv,pairs:examples/topics_test.tsv"
 # Seconds per command on 2 CPU cores (measured on this project's machine; the estimate before a run).
 COST = {"consert-mini": 160, "tsdae-mini": 55, "tsdae-topics": 60, "consert-topics": 58, "finetune": 20,
         "evaluate": 12, "neighbours": 4, "collapse": 110, "tsdae-twitter": 100, "consert-twitter": 90,
-        "evaluate-twitter": 40}
+        "evaluate-twitter": 40, "evaluate-all": 90, "align-uniform": 153, "heldout-tsdae": 299,
+        "heldout-consert": 314, "heldout": 2}
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -130,6 +134,21 @@ def arms_of(experiment: str, args: argparse.Namespace) -> dict[str, list[tuple[s
             for folder, command in commands.items():
                 found[folder.name] = ([] if run.finished(folder) else [command]) + [
                     ("evaluate-twitter", evaluation(str(folder / "model"), "twitterpara", folder / "eval.json", args))]
+    elif experiment == "minilm":
+        found["minilm"] = [("evaluate-all", evaluation(minilm, "all", out / "minilm" / "eval.json", args)),
+                           ("align-uniform", evaluation(minilm, "align-uniform", out / "minilm" / "align.json", args))]
+    elif experiment == "heldout":  # one run each; the held-out lines are left out of training (--heldout)
+        common = ["--corpus", str(out / "sts_sentences.txt"), "--model", mini, "--eval-data", args.data]
+        t, c = out / "heldout-tsdae", out / "heldout-consert"
+        commands = {
+            t: ("heldout-tsdae", training("tsdae.py", t, [*common, "--steps", "400", "--lr", "1e-4", "--heldout", "1000",
+                                                          "--eval-every", "25"])),
+            c: ("heldout-consert", training("consert.py", c, [
+                *common, "--lr", "2e-5", "--temperature", "0.05", "--optimizer", "pytorch", "--steps", "300",
+                "--heldout", "960", "--eval-every", "20", "--patience", "0"]))}
+        for folder, command in commands.items():
+            found[folder.name] = ([] if run.finished(folder) else [command]) + [
+                ("heldout", python("examples/heldout_vs_dev.py", str(folder), "--json", str(folder / "heldout.json")))]
     return found
 
 
@@ -196,6 +215,27 @@ def table(experiment: str, scores: dict[str, dict]) -> str:
             loss = "" if arm == "raw-minilm-twitter" else \
                 " / ".join(f"{a:.2g} -> {b:.2g}" for a, b in zip(of(arm, "loss", "first"), of(arm, "loss", "last")))
             lines.append("| " + " | ".join([name, *(band(v) if len(v) > 1 else f"{v[0]:.2f}" for v in cells), loss]) + " |")
+    elif experiment == "minilm":
+        lines = ["| task | score | details |", "| --- | --- | --- |"]
+        for result in (scores["minilm"]["eval"], scores["minilm"]["align"]):
+            for task, score in result.items():
+                if not isinstance(score, (int, float)):  # details, skipped, pooling, split
+                    continue
+                details = ", ".join(f"{name} {value:,}" if isinstance(value, int) else f"{name} {value:.2f}"
+                                    for name, value in result["details"].get(task, {}).items())
+                lines.append(f"| {task} | {score:.2f} | {details} |")
+            lines += [f"| {task} | not scored: its data files are missing | |" for task in result.get("skipped", {})]
+    elif experiment == "heldout":
+        lines = ["| run | evaluations | best STS-b dev (step) | signal | first -> last | Spearman with dev | "
+                 "its lowest at step | dev there |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for name, arm in (("TSDAE, 400 x 8", "heldout-tsdae"), ("ConSERT, 300 x 96", "heldout-consert")):
+            found = scores[arm]["heldout"]["evaluations"]
+            best = max(found, key=lambda r: r["eval"])
+            head = [name, str(len(found)), f"{best['eval']:.2f} ({best['step']})"]
+            for signal, rho, step, there, first, last in heldout_vs_dev.signals(found):
+                lines.append("| " + " | ".join([*head, signal, f"{first:.2f} -> {last:.2f}", f"{rho:.2f}", str(step),
+                                                 f"{there:.2f}"]) + " |")
+                head = ["", "", ""]
     else:
         lines = ["| model | random pairs, mean cosine | paraphrases, mean cosine | alignment | uniformity |",
                  "| --- | --- | --- | --- | --- |"]

@@ -1,9 +1,9 @@
 """The TSDAE paper's other checkpoints (arXiv:2104.06979 app. C): DistilBERT, RoBERTa / XLM-R and ELECTRA besides BERT,
 and the encoders used now, MPNet (all-mpnet-base-v2's) and ModernBERT; each a tiny random checkpoint that transformers
 itself writes with save_pretrained, with a tokenizer of its own family beside it (WordPiece; byte-level BPE and
-SentencePiece-style Unigram built with tokenizers and wrapped in transformers' fast tokenizer class). Our encoder equals transformers'; both methods train from each, and
-fine-tuning and evaluation run on what they save; the saved model loads in transformers as the same model_type and in
-sentence-transformers with equal embeddings."""
+SentencePiece-style Unigram built with tokenizers and wrapped in transformers' fast tokenizer class). Our encoder
+equals transformers'; both methods train from each, and fine-tuning and evaluation run on what they save; the saved
+model loads in transformers as the same model_type and in sentence-transformers with equal embeddings."""
 import json
 import random
 from pathlib import Path
@@ -287,7 +287,7 @@ def test_both_methods_train_and_save_in_the_familys_own_layout(kind, checkpoints
     assert AutoConfig.from_pretrained(tuned).model_type == kind
     scores = evaluate.evaluate(SentenceEncoder.from_pretrained(tuned), f"sts:{test}")
     vectors = SentenceTransformer(str(tuned), device="cpu").encode(SENTENCES, convert_to_tensor=True)
-    cosines = F.cosine_similarity(vectors[:-1], vectors[1:]).tolist() + [F.cosine_similarity(vectors[-1:], vectors[:1]).item()]
+    cosines = F.cosine_similarity(vectors, vectors.roll(-1, 0)).tolist()  # sentence i with i + 1, the last with the first
     gold = [i % 3 for i in range(len(SENTENCES))]
     assert scores[f"sts:{test}"] == pytest.approx(100 * spearmanr(cosines, gold).statistic, abs=1e-3)
 

@@ -165,12 +165,13 @@ def test_an_ablation_table_from_saved_scores(tmp_path):
     text = (out / "tsdae-ratio.md").read_text()
     assert "| **0.6** | 78.77 | 46.00 ± 1.00 | 46.00 ± 1.00 | | | | |" in text
     # every seed in the paper's order, mean 6 > sd 4.6 (the old rule's "holds"), but t = 2.3: p 0.15 (scipy.stats.ttest_1samp)
-    assert "| 0.1 | 77.81 | 40.00 ± 4.00 | 40.00 ± 4.00 | +5.00, +2.00, +11.00 | cannot tell: needs ~5 seeds (p 0.151) |" \
-           in text
-    assert ("| 0.9 | 75.67 | 45.17 ± 0.76 | 32.00 ± 2.65 | +0.50, +1.00, +1.00 | cannot tell: below the minimum effect "
-            "(p 0.038) | +15.00, +15.00, +12.00 | holds (p 0.005) (**differs from dev**) |") in text
-    assert "| -1.00, -1.50, -1.00 | reversed (p 0.020) | -1.00, -1.50, -1.00 | reversed (p 0.020) |" in text  # 0.8
-    assert "| +0.00, +6.00, +0.00 | cannot tell: needs ~15 seeds (p 0.423) |" in text  # 0.3
+    assert ("| 0.1 | 77.81 | 40.00 ± 4.00 | 40.00 ± 4.00 | +5.00, +2.00, +11.00 (mean +6.00) | cannot tell: needs ~5 seeds "
+            "(p 0.151) |") in text
+    assert ("| 0.9 | 75.67 | 45.17 ± 0.76 | 32.00 ± 2.65 | +0.50, +1.00, +1.00 (mean +0.83) | cannot tell: below the "
+            "minimum effect (p 0.038) | +15.00, +15.00, +12.00 (mean +14.00) | holds (p 0.005) (**differs from dev**) |") in text
+    assert ("| -1.00, -1.50, -1.00 (mean -1.17) | reversed (p 0.020) | -1.00, -1.50, -1.00 (mean -1.17) | reversed "
+            "(p 0.020) |") in text  # 0.8
+    assert "| +0.00, +6.00, +0.00 (mean +2.00) | cannot tell: needs ~15 seeds (p 0.423) |" in text  # 0.3
     assert json.loads((out / "tsdae-ratio.json").read_text())["arms"]["0.9"]["test"] == [30.0, 31.0, 35.0]
 
 
@@ -189,8 +190,9 @@ def test_the_readme_runs_list_every_arm(tmp_path):
     """results.py all --dry-run: each experiment's commands, seeds 0-2, every evaluation into its run folder."""
     lines = dry_run("results.py", "all", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"))
     commands = [c for c in lines if c.startswith("python ")]
-    assert [c.split()[0] for c in lines if not c.startswith("python ")] == ["17", "20", "16", "1", "13"]
-    assert sum(c.startswith("python consert.py") and "--eval-data" in c for c in commands) == 3  # mini, best dev
+    assert [c.split()[0] for c in lines if not c.startswith("python ")] == ["17", "20", "16", "1", "13", "2", "4"]
+    assert sum("--heldout" in c and "--eval-data" in c for c in commands) == 2  # heldout: TSDAE and ConSERT
+    assert sum(c.startswith("python consert.py") and "--eval-data" in c for c in commands) == 4  # mini's 3, heldout
     assert sum(c.startswith("python finetune.py") for c in commands) == 6  # labels: from TSDAE and from MiniLM
     assert all(f"--json {tmp_path / 'runs'}" in c for c in commands if c.startswith("python evaluate.py"))
     assert {c.split("--seed ")[1].split()[0] for c in commands if "--seed " in c and "similarities" not in c} == {"0", "1", "2"}

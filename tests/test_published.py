@@ -1,6 +1,7 @@
 """Every published table comes from the result files in git: each experiment's --summary rebuilds its tables from
 those files alone, byte for byte as they are committed and as the documents quote them, and the verdicts in them
 follow the rule docs/ablations.md writes down (here recomputed with scipy, apart from examples/arms.py)."""
+import importlib
 import json
 import re
 import shutil
@@ -115,13 +116,39 @@ def test_the_documents_quote_each_table_as_written():
         for path, command, text in quoted_tables((ROOT / document).read_text(encoding="utf-8")):
             assert text == (ROOT / path).read_text(encoding="utf-8"), f"{document} quotes a stale {path}"
             script = {"docs/results": "examples/results.py", "docs/pretraining_claim": "examples/pretraining_claim.py",
-                      "docs/labs": "examples/lab_results.py"}
+                      "docs/labs": "examples/lab_results.py",
+                      "bench/results": f"bench/{bench_script(path)}.py --summary {Path(path).with_suffix('.json')}"}
             assert command.startswith(f"python {script[str(Path(path).parent)]}"), f"{document}: {path} by {command}"
             seen.add((document, path))
     for name in results.EXPERIMENTS:
         assert any(path == f"docs/results/{name}.md" for _, path in seen), f"no document quotes docs/results/{name}.md"
     assert ("examples/EXPERIMENTS.md", "docs/pretraining_claim/table.md") in seen
     assert {("LABS.md", f"docs/labs/{lab}.md") for lab in lab_results.LABS} <= seen, "LABS.md quotes every lab's table"
+    for record in BENCH_RESULTS.glob("*.json"):
+        assert any(path == f"bench/results/{record.stem}.md" for _, path in seen), f"no document quotes {record.stem}.md"
+    assert {("docs/evaluation.md", "docs/results/minilm.md"), ("docs/evaluation.md", "docs/results/heldout.md")} <= seen
+
+
+BENCH_RESULTS = ROOT / "bench" / "results"
+
+
+def bench_script(path: str) -> str:
+    """The bench script that measured bench/results/NAME[-VARIANT].json: bench/NAME.py."""
+    return Path(path).stem.split("-")[0]
+
+
+@pytest.mark.parametrize("record", sorted(p.name for p in BENCH_RESULTS.glob("*.json")))
+def test_the_bench_tables_regenerate_from_their_records(record, tmp_path, capsys):
+    """`python bench/NAME.py --summary bench/results/NAME.json` writes the committed bench/results/NAME.md from the
+    record in git alone (the speed tables of bench/README.md; each record says the command that measured it)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    script = importlib.import_module(bench_script(record))
+    shutil.copy(BENCH_RESULTS / record, tmp_path / record)
+    assert script.main(["--summary", str(tmp_path / record)]) == 0
+    capsys.readouterr()
+    assert (tmp_path / record).with_suffix(".md").read_bytes() == (BENCH_RESULTS / record).with_suffix(".md").read_bytes(), \
+        f"bench/results/{Path(record).stem}.md is stale"
+    assert json.loads((BENCH_RESULTS / record).read_text())["command"].startswith(f"python bench/{bench_script(record)}.py")
 
 
 SETTING = r"(?:lr|temperature|deletion|ratio|cutoff|p <) "  # a number after these is a setting, not a result
@@ -137,11 +164,15 @@ def prose_numbers(document: str) -> list[str]:
 
 
 def test_the_prose_quotes_the_tables():
-    """Each decimal number in the prose of README.md, examples/EXPERIMENTS.md and LABS.md is a number of a table the
-    document quotes (a result), or a setting written the same way in the defaults table or a command."""
-    for document in ("README.md", "examples/EXPERIMENTS.md", "LABS.md"):
+    """Each decimal number in the prose of README.md, examples/EXPERIMENTS.md, LABS.md, docs/evaluation.md,
+    bench/README.md and docs/ablations.md is a number of a table the document quotes (a result), or a setting written
+    the same way in a plain table or in code."""
+    for document in ("README.md", "examples/EXPERIMENTS.md", "LABS.md", "docs/evaluation.md", "bench/README.md",
+                     "docs/ablations.md"):
         text = (ROOT / document).read_text(encoding="utf-8")
         tables = " ".join(t for _, _, t in quoted_tables(text))
+        if document == "docs/ablations.md":  # its tables whole (the test above), without markers; and the raw stand-in's
+            tables = " ".join(p.read_text(encoding="utf-8") for p in [*ABLATIONS.glob("*.md"), ROOT / "docs/results/mini.md"])
         settings = " ".join(re.findall(r"```.*?```|`[^`]*`", text, re.S)) + " ".join(
             line for line in text.splitlines() if line.startswith("| ") and "<!--" not in line)
         unquoted = [number for number in prose_numbers(text)
