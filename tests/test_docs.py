@@ -6,8 +6,7 @@ What a document may write, and how it is read:
   python blocks   each runs on its own, in a fresh namespace, with the working directory a temporary folder laid
                   out as a clone after the README's commands: examples/ and data/ (the evaluation data, as
                   $EVAL_DATA_DIR) are the repository's, runs/tsdae-topics is a 2-step TSDAE run of the tiny test
-                  model (made once per session). A block sized for a measurement is shrunk by SMALLER, an exact
-                  text replacement that fails when the text is gone.
+                  model (made once per session).
   commands        `python FILE.py ARGS`, `python -m MODULE ARGS`, `torchrun ... FILE.py ARGS` and `python -c CODE`,
                   in ```bash blocks (a line continued with \\ is one command) and in `inline code`; an environment
                   prefix (OMP_NUM_THREADS=1), a pipe, a redirection and a # comment are dropped. FILE is imported
@@ -46,9 +45,6 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")), "LABS.md",
         "ASSIGNMENTS.md", "examples/EXPERIMENTS.md"]
 COMMAND_DOCS = [*DOCS, "bench/README.md"]  # bench's figures are not run here; its commands are parsed
-
-# Blocks sized for a real measurement, made small enough to run here: {doc: [(text, replacement)]}.
-SMALLER = {"docs/evaluation.md": [("pool, n_queries = 5000, 500", "pool, n_queries = 200, 20")]}
 
 # The run the blocks may load, made as the README makes it but on the tiny model and for 2 steps.
 TSDAE_RUN = ["tsdae.py", "--corpus", "examples/topics.txt", "--pooling", "mean", "--steps", "2", "--batch-size", "4"]
@@ -112,24 +108,10 @@ def learner_clone(tmp_path, tsdae_topics_run, monkeypatch) -> Iterator[Path]:
     torch.set_num_threads(threads)
 
 
-def shrunk(block: Block) -> str:
-    code = block.code
-    for text, replacement in SMALLER.get(block.doc, []):
-        code = code.replace(text, replacement)
-    return code
-
-
-def test_every_shrinking_finds_its_text():
-    for doc, replacements in SMALLER.items():
-        codes = [b.code for b in PYTHON_BLOCKS if b.doc == doc]
-        for text, _ in replacements:
-            assert any(text in code for code in codes), f"SMALLER: {doc} has no python block with {text!r}"
-
-
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[f"{b.doc}:{b.line}" for b in PYTHON_BLOCKS])
 def test_python_block_runs(block, learner_clone):
     # compiled as the document's own lines, so that a traceback names the document and its line
-    code = compile("\n" * (block.line - 1) + shrunk(block), str(ROOT / block.doc), "exec")
+    code = compile("\n" * (block.line - 1) + block.code, str(ROOT / block.doc), "exec")
     exec(code, {"__name__": "__main__"})
 
 

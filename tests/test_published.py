@@ -178,3 +178,18 @@ def test_the_prose_quotes_the_tables():
         unquoted = [number for number in prose_numbers(text)
                     if not re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", tables + " " + settings)]
         assert not unquoted, f"{document}: {', '.join(unquoted)} in no table it quotes"
+
+
+def test_a_bench_run_writes_the_record_its_summary_reads(tmp_path, capsys):
+    """A (tiny) measuring run of bench/useb_scale.py: --json writes the record and, beside it, the table that
+    --summary makes from the record alone."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import useb_scale
+
+    record_path = tmp_path / "useb_scale.json"
+    assert useb_scale.main(["--pool", "40", "--queries", "4", "--json", str(record_path)]) == 0
+    record = json.loads(record_path.read_text())
+    assert record["titles"] == 44 and record["encode_seconds"] > 0 and record["scoring_seconds"] > 0
+    assert record["command"] == f"python bench/useb_scale.py --pool 40 --queries 4 --json {record_path}"
+    assert record_path.with_suffix(".md").read_text() == useb_scale.report(record)
+    capsys.readouterr()
