@@ -29,7 +29,8 @@ import data  # noqa: E402
 from speedups import fast  # noqa: E402
 import train  # noqa: E402
 import tsdae  # noqa: E402
-from bench import LR, SEED, TRAIN_BATCH, TRAIN_MAX_LENGTH, machine_description, read_sts_train, save, summary  # noqa: E402
+from bench import (LR, SEED, TRAIN_BATCH, TRAIN_MAX_LENGTH, command_line, finish, machine_description,  # noqa: E402
+                   read_sts_train, record_flags, summary)
 from lib.weights import default_model_path  # noqa: E402
 from model import Bert, SentenceEncoder  # noqa: E402
 
@@ -125,9 +126,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     p.add_argument("--only", nargs="*", default=["tsdae", "encode", "consert"], choices=["tsdae", "encode", "consert"])
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
-    p.add_argument("--json", default=None, metavar="OUT", help="also write every step's seconds to this JSON file, its table to OUT.md and the documents quoting it")
-    p.add_argument("--summary", default=None, metavar="JSON",
-                   help="print the tables of a saved --json run (and write them beside it as .md); runs nothing")
+    record_flags(p)
     return p
 
 
@@ -177,12 +176,9 @@ def main(argv: list[str] | None = None) -> int:
                         "plain": training_step(consert_objective(model_path, False), batches)}
             kind = "length buckets" if bucketing else "random batches"
             measured(f"ConSERT training step, {kind}", alternate(steppers, steps), "fast", args.warmup)
-    record = {"command": " ".join(["python bench/ab.py", *(argv if argv is not None else sys.argv[1:])]),
+    record = {"command": command_line("ab.py", argv),
               "machine": machine_description(torch.device("cpu"), args.threads), "tables": tables}
-    print(text := report(record), end="")
-    if args.json:
-        save(record, args.json, text)
-    return 0
+    return finish(record, report, args.json)
 
 
 if __name__ == "__main__":

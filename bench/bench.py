@@ -562,14 +562,31 @@ def report(record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def save(record: dict, path: str, text: str) -> None:
-    """--json OUT: the record to OUT, its table beside it (OUT.md) and into the documents that quote it."""
-    Path(path).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    publish(Path(path).with_suffix(".md"), text.rstrip("\n"))
+def record_flags(p: argparse.ArgumentParser) -> None:
+    """--json and --summary, the same in every bench script."""
+    p.add_argument("--json", default=None, metavar="OUT",
+                   help="also write every figure to this JSON file, its table to OUT.md and the documents quoting it")
+    p.add_argument("--summary", default=None, metavar="JSON",
+                   help="print the table of a saved --json run again (and write it where --json does); runs nothing")
+
+
+def command_line(script: str, argv: list[str] | None) -> str:
+    """The command a record names: python bench/SCRIPT ARGS."""
+    return " ".join([f"python bench/{script}", *(argv if argv is not None else sys.argv[1:])])
+
+
+def finish(record: dict, report: Callable[[dict], str], path: str | None) -> int:
+    """A run's table on stdout; with --json OUT the record to OUT, its table beside it (OUT.md) and into the
+    documents that quote it."""
+    print(text := report(record), end="")
+    if path:
+        Path(path).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        publish(Path(path).with_suffix(".md"), text.rstrip("\n"))
+    return 0
 
 
 def summary(path: str, report: Callable[[dict], str], script: str) -> int:
-    """--summary JSON: a saved record's table again, from the record alone, printed and published as `save` does."""
+    """--summary JSON: a saved record's table again, from the record alone, printed and published as `finish` does."""
     try:
         text = report(json.loads(Path(path).read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError) as error:
@@ -597,10 +614,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test")
     p.add_argument("--profile", action="store_true",
                    help="also profile the training steps: top operators and the matmul kernels' share (slower)")
-    p.add_argument("--json", default=None, metavar="OUT",
-                   help="also write every figure to this JSON file, its table to OUT.md and the documents quoting it")
-    p.add_argument("--summary", default=None, metavar="JSON",
-                   help="print the table of a saved --json run again (and write it where --json does); runs nothing")
+    record_flags(p)
     p.add_argument("--_job", default=None, help=argparse.SUPPRESS)
     return p
 
@@ -682,14 +696,12 @@ def main(argv=None) -> int:
         for who in systems:
             if f"{part}_{who}" in runs:
                 results[f"{part}_{who}"] = summarise(runs[f"{part}_{who}"], flops[part], peak_gflops)
-    record = {"command": " ".join(["python bench/bench.py", *(argv if argv is not None else sys.argv[1:])]),
+    record = {"command": command_line("bench.py", argv),
               "machine": machine_description(device, args.threads), "device": str(device), "settings": vars(args),
               "load_average_at_start": load, "tokens_per_sentence": tokens, "useful_flops": flops,
               "matmul_peak_gflops": peak_gflops, "matmul": runs["matmul"], "results": results}
     print()
-    print(text := report(record), end="")
-    if args.json:
-        save(record, args.json, text)
+    finish(record, report, args.json)
     return 0 if all("error" not in s for s in results.values()) and ok_peaks else 1
 
 

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench import save, summary  # noqa: E402
+from bench import command_line, finish, record_flags, summary  # noqa: E402
 from lib.weights import default_model_path  # noqa: E402
 
 SMALL_LINES = 20000
@@ -77,9 +77,7 @@ def make_parser() -> argparse.ArgumentParser:
                                 allow_abbrev=False)
     p.add_argument("--corpus", type=Path, help="a corpus to measure (default: generated ones, with --lines)")
     p.add_argument("--lines", type=int, nargs="+", default=[1000000], help="lines of each generated corpus")
-    p.add_argument("--json", default=None, metavar="OUT", help="also write every figure to this JSON file, its table to OUT.md and the documents quoting it")
-    p.add_argument("--summary", default=None, metavar="JSON",
-                   help="print the table of a saved --json run again (and write it where --json does); runs nothing")
+    record_flags(p)
     return p
 
 
@@ -98,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args, tsdae_args = make_parser().parse_known_args(argv)
     if args.summary:
         return summary(args.summary, report, "corpus.py")
-    record = {"command": " ".join(["python bench/corpus.py", *(argv if argv is not None else sys.argv[1:])]),
+    record = {"command": command_line("corpus.py", argv),
               "rows": []}
     print(" ".join(["python tsdae.py --steps 1", *tsdae_args]))
     print(f"{'corpus':<28} {'MB':>8} {'first step s':>13} {'in all s':>9} {'peak RSS MiB':>12}")
@@ -119,10 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:<28} {path.stat().st_size / 1e6:>8.1f} {first_step:>13.1f} {total:>9.1f} {rss:>12.0f}")
             record["rows"].append(row)
     print()
-    print(text := report(record), end="")
-    if args.json:
-        save(record, args.json, text)
-    return 0
+    return finish(record, report, args.json)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench import save, summary  # noqa: E402
+from bench import command_line, finish, record_flags, summary  # noqa: E402
 from lib.taskfiles import default_data_dir  # noqa: E402
 
 
@@ -45,9 +45,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--micro-batch", type=int, default=64, help="the chunk of the cached-gradient rows")
     p.add_argument("--steps", type=int, default=3, help="steps of the timed run (at least 2)")
     p.add_argument("--corpus", help="one sentence per line (default: --sts-corpus $EVAL_DATA_DIR)")
-    p.add_argument("--json", default=None, metavar="OUT", help="also write every figure to this JSON file, its table to OUT.md and the documents quoting it")
-    p.add_argument("--summary", default=None, metavar="JSON",
-                   help="print the table of a saved --json run again (and write it where --json does); runs nothing")
+    record_flags(p)
     return p
 
 
@@ -65,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.summary:
         return summary(args.summary, report, "memory.py")
     source = ["--corpus", args.corpus] if args.corpus else ["--sts-corpus", str(default_data_dir())]
-    record = {"command": " ".join(["python bench/memory.py", *(argv if argv is not None else sys.argv[1:])]),
+    record = {"command": command_line("memory.py", argv),
               "steps": args.steps, "rows": []}
     print(f"{'batch':>6} {'chunks':>7} {'peak RSS MiB':>13} {'ms / sentence':>14}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,10 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 record["rows"].append({"batch": batch, "chunk": chunk, "peak_mib": peak, "seconds": many,
                                        "seconds_one_step": one})
     print()
-    print(text := report(record), end="")
-    if args.json:
-        save(record, args.json, text)
-    return 0
+    return finish(record, report, args.json)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import torch  # noqa: E402
 
 import evaluate  # noqa: E402
-from bench import machine_description, save, summary  # noqa: E402
+from bench import command_line, finish, machine_description, record_flags, summary  # noqa: E402
 from lib import useb  # noqa: E402
 from lib.weights import default_model_path  # noqa: E402
 from model import SentenceEncoder  # noqa: E402
@@ -83,9 +83,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--pool", type=int, default=5000, help="titles of the synthetic forum's pool")
     p.add_argument("--queries", type=int, default=500, help="its queries")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
-    p.add_argument("--json", default=None, metavar="OUT", help="also write the figures to this JSON file, its table to OUT.md and the documents quoting it")
-    p.add_argument("--summary", default=None, metavar="JSON",
-                   help="print the table of a saved --json run again (and write it where --json does); runs nothing")
+    record_flags(p)
     return p
 
 
@@ -94,14 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.summary:
         return summary(args.summary, report, "useb_scale.py")
     torch.set_num_threads(args.threads)
-    record = {"command": " ".join(["python bench/useb_scale.py", *(argv if argv is not None else sys.argv[1:])]),
+    record = {"command": command_line("useb_scale.py", argv),
               "machine": machine_description(torch.device("cpu"), args.threads), "threads": args.threads,
               "titles": args.pool + args.queries, "encode_seconds": encode_and_score(args.pool, args.queries),
               "scoring_pool": 69_000, "scoring_queries": 1_000, "scoring_seconds": scoring_alone(69_000, 1_000)}
-    print(text := report(record), end="")
-    if args.json:
-        save(record, args.json, text)
-    return 0
+    return finish(record, report, args.json)
 
 
 if __name__ == "__main__":

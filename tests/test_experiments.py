@@ -125,9 +125,9 @@ def test_the_ablations_list_every_arm_once(tmp_path):
     tsdae = {c.split("--out ")[1].split()[0] for c in commands if c.startswith("python tsdae.py")}
     consert = {c.split("--out ")[1].split()[0] for c in commands if c.startswith("python consert.py")}
     # TSDAE: 5 noises at 0.3 (delete 0.3 is also tab. 6's), ratios 0.1, 0.6, 0.8, 0.9, mean and max pooling, untied
-    assert len(tsdae) == 12 * 3
+    assert len(tsdae) == 12 * len(ablations.SEEDS["tsdae"])
     # ConSERT: 9 view pairs, 10 temperature arms (0.1 at 2e-5 is the official pair), 3 batch sizes, 3 few-shot sizes
-    assert len(consert) == (9 + 9 + 3 + 3) * 3
+    assert len(consert) == (9 + 9 + 3 + 3) * len(ablations.SEEDS["consert"])
     assert sum("--few-shot 100 --upsample" in c for c in commands) == 3
     assert len(lines) - 1 == 2 * (len(tsdae) + len(consert))  # each arm: train, then evaluate
     # a finished arm (its scores saved) is listed as done, and its commands are not planned again
@@ -137,18 +137,19 @@ def test_the_ablations_list_every_arm_once(tmp_path):
     scores.parent.mkdir(parents=True)
     scores.write_text("{}")
     again = dry_run("ablations.py", "all", "--out", str(tmp_path / "ablations"), "--results", str(tmp_path / "results"))
-    assert again[:2] == ["1 arms done (never run again):", str(scores)] and again[2].startswith("214 commands")
+    assert again[:2] == ["1 arms done (never run again):", str(scores)] and again[2].startswith(f"{len(lines) - 3} commands")
 
 
 def test_a_dry_run_piped_into_head_ends_without_a_traceback(tmp_path):
     result = subprocess.run(f"{sys.executable} examples/ablations.py all --dry-run --out {tmp_path} --results {tmp_path} | head -1",
                             shell=True, capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert result.stdout.startswith("216 commands to run") and result.stderr == ""
+    assert result.stdout.startswith(f"{2 * (12 * 5 + 24 * 3)} commands to run") and result.stderr == ""
 
 
-def test_an_ablation_table_from_saved_scores(tmp_path):
+def test_an_ablation_table_from_saved_scores(tmp_path, monkeypatch):
     """--summary of tsdae-ratio: the paper's numbers beside ours, the per-seed differences from the chosen arm on
     dev and on test, the verdicts of each split by the rule, and the rows where the splits disagree marked."""
+    monkeypatch.setattr(ablations, "SEEDS", {**ablations.SEEDS, "tsdae": (0, 1, 2)})  # the scores below: 3 seeds
     out, argv = tmp_path / "results", ["tsdae-ratio", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
     table = ablations.TABLES["tsdae-ratio"]
     ours = {"0.1": [40.0, 44.0, 36.0], "0.3": [45.0, 40.0, 47.0], "0.6": [45.0, 46.0, 47.0], "0.8": [46.0, 47.5, 48.0],
@@ -156,7 +157,7 @@ def test_an_ablation_table_from_saved_scores(tmp_path):
     dev = {"0.1": [40.0, 44.0, 36.0], "0.3": [45.0, 40.0, 47.0], "0.6": [45.0, 46.0, 47.0], "0.8": [46.0, 47.5, 48.0],
            "0.9": [44.5, 45.0, 46.0]}  # 0.9: 0.5 to 1 point below 0.6 on dev, 12 to 15 on test
     for name, (flags, _) in table.arms.items():
-        for seed, test, d in zip(ablations.SEEDS, ours[name], dev[name]):
+        for seed, test, d in zip(ablations.SEEDS["tsdae"], ours[name], dev[name]):
             scores, _ = ablations.arm_commands(table, name, seed, Path("corpus.txt"),
                                                ablations.make_parser().parse_args(argv))
             scores.parent.mkdir(parents=True, exist_ok=True)
@@ -235,12 +236,12 @@ def test_the_readme_runs_gather_and_summarise(tmp_path, capsys):
 
 
 def test_the_labs_list_every_arm_once_and_summarise(tmp_path, capsys):
-    """labs.py all --dry-run: 13 arms over seeds 0-2, shared arms run once; --summary writes a lab's table from
+    """labs.py all --dry-run: 13 arms over seeds 0-2 (lab 5's over 0-4), shared arms run once; --summary writes a lab's table from
     the scores files alone: each seed, mean ± sd, the per-seed difference and its verdicts on test and dev."""
     import lab_results as labs
 
     lines = dry_run("lab_results.py", "all", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"))
-    assert lines[0].startswith("78 commands to run")  # 13 arms x 3 seeds x (train, evaluate)
+    assert lines[0].startswith("94 commands to run")  # (13 arms x 3 seeds + lab 5's 4 arms x 2 more) x (train, evaluate)
     assert sum("--shared-dropout" in c for c in lines) == 3 and sum("/simcse-s" in c and "--out" in c for c in lines) == 3
     argv = ["lab3", "--summary", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
     labs.main(argv)
