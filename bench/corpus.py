@@ -96,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args, tsdae_args = make_parser().parse_known_args(argv)
     if args.summary:
         return summary(args.summary, report, "corpus.py")
-    record = {"command": command_line("corpus.py", argv),
-              "rows": []}
+    record = {"command": command_line("corpus.py", argv), "rows": []}
     print(" ".join(["python tsdae.py --steps 1", *tsdae_args]))
     print(f"{'corpus':<28} {'MB':>8} {'first step s':>13} {'in all s':>9} {'peak RSS MiB':>12}")
     for lines in [None] if args.corpus else args.lines:

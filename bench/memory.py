@@ -49,12 +49,17 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+def ms_per_sentence(row: dict, steps: int) -> float:
+    """(a run of `steps` steps - a 1-step run) / the sentences of the steps between: loading and saving cancel out."""
+    return 1000 * (row["seconds"] - row["seconds_one_step"]) / ((steps - 1) * row["batch"])
+
+
 def report(record: dict) -> str:
     """The markdown table of a run, from its --json record alone."""
     lines = ["| batch | chunks of | peak RSS MiB | ms / sentence |", "| --- | --- | --- | --- |"]
     for row in record["rows"]:
-        per_sentence = (row["seconds"] - row["seconds_one_step"]) / ((record["steps"] - 1) * row["batch"])
-        lines.append(f"| {row['batch']} | {row['chunk'] or '-'} | {row['peak_mib']:,.0f} | {1000 * per_sentence:.1f} |")
+        lines.append(f"| {row['batch']} | {row['chunk'] or '-'} | {row['peak_mib']:,.0f} | "
+                     f"{ms_per_sentence(row, record['steps']):.1f} |")
     return "\n".join(lines + ["", f"Command: `{record['command']}`"]) + "\n"
 
 
@@ -63,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.summary:
         return summary(args.summary, report, "memory.py")
     source = ["--corpus", args.corpus] if args.corpus else ["--sts-corpus", str(default_data_dir())]
-    record = {"command": command_line("memory.py", argv),
-              "steps": args.steps, "rows": []}
+    record = {"command": command_line("memory.py", argv), "steps": args.steps, "rows": []}
     print(f"{'batch':>6} {'chunks':>7} {'peak RSS MiB':>13} {'ms / sentence':>14}")
     with tempfile.TemporaryDirectory() as tmp:
         for batch in args.batch_sizes:
@@ -75,10 +79,9 @@ def main(argv: list[str] | None = None) -> int:
                           "--overwrite", "--out", tmp, *(["--micro-batch", str(chunk)] if chunk else [])]
                 one, _ = run([*common, "--steps", "1"])
                 many, peak = run([*common, "--steps", str(args.steps)])
-                per_sentence = (many - one) / ((args.steps - 1) * batch)
-                print(f"{batch:>6} {chunk or '-':>7} {peak:>13.0f} {1000 * per_sentence:>14.1f}", flush=True)
-                record["rows"].append({"batch": batch, "chunk": chunk, "peak_mib": peak, "seconds": many,
-                                       "seconds_one_step": one})
+                row = {"batch": batch, "chunk": chunk, "peak_mib": peak, "seconds": many, "seconds_one_step": one}
+                record["rows"].append(row)
+                print(f"{batch:>6} {chunk or '-':>7} {peak:>13.0f} {ms_per_sentence(row, args.steps):>14.1f}", flush=True)
     print()
     return finish(record, report, args.json)
 

@@ -34,6 +34,10 @@ SIMCSE = ["--steps", "100", "--batch-size", "64", "--lr", "3e-5", "--optimizer",
 COST = {"consert.py": 50, "tsdae.py": 100, "evaluate": 10}  # seconds on 2 CPU cores (the estimate before a run)
 
 
+def seeds_of(lab: str) -> tuple[int, ...]:
+    return MORE_SEEDS.get(lab, SEEDS)
+
+
 @dataclass
 class Arm:
     script: str
@@ -119,7 +123,7 @@ def table(lab: str, scores: dict[str, list[dict]]) -> str:
         return " | ".join(f"{v:.{digits}f}" for v in numbers) + f" | {mean_sd(numbers, digits)}"
 
     comparisons, measures = LABS[lab]
-    seeds = MORE_SEEDS.get(lab, SEEDS)
+    seeds = seeds_of(lab)
     lines = ["| | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± sd | verdict (test; dev) |",
              "| --- " * (len(seeds) + 3) + "|"]
     for measure in measures:
@@ -154,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(ROOT)
     labs = list(LABS) if args.lab == "all" else [args.lab]
     files = {(arm, seed): Path(args.results) / "scores" / f"{arm}-s{seed}.json"
-             for lab in labs for pair in LABS[lab][0] for arm in pair for seed in MORE_SEEDS.get(lab, SEEDS)}
+             for lab in labs for pair in LABS[lab][0] for arm in pair for seed in seeds_of(lab)}
     if not args.summary:
         if not args.dry_run:
             prepare(args)
@@ -167,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(gather(Path(args.out) / f"{arm}-s{seed}"), indent=2) + "\n", encoding="utf-8")
     for lab in labs:
-        needed, seeds = {arm for pair in LABS[lab][0] for arm in pair}, MORE_SEEDS.get(lab, SEEDS)
+        needed, seeds = {arm for pair in LABS[lab][0] for arm in pair}, seeds_of(lab)
         absent = [f"{arm}-s{seed}" for (arm, seed), path in files.items()
                   if arm in needed and seed in seeds and not path.exists()]
         if absent:

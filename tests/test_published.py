@@ -14,6 +14,7 @@ from scipy import stats
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import ablations  # noqa: E402
 import arms  # noqa: E402
@@ -22,6 +23,7 @@ import pretraining_claim  # noqa: E402
 import results  # noqa: E402
 
 ABLATIONS = ROOT / "docs" / "ablations"
+BENCH_RESULTS = ROOT / "bench" / "results"
 
 
 def test_the_ablation_tables_regenerate_from_their_scores(tmp_path, capsys):
@@ -50,7 +52,8 @@ def test_the_verdicts_follow_the_written_rule():
     checked = 0
     for key, table in ablations.TABLES.items():
         def scores(name: str) -> list[dict]:
-            files = [ablations.arm_commands(table, name, seed, Path("corpus.txt"), args)[0] for seed in ablations.SEEDS[table.method]]
+            files = [ablations.arm_commands(table, name, seed, Path("corpus.txt"), args)[0]
+                     for seed in ablations.SEEDS[table.method]]
             return [json.loads(f.read_text()) for f in files]
 
         chosen = scores(table.chosen)
@@ -129,9 +132,6 @@ def test_the_documents_quote_each_table_as_written():
     assert {("docs/evaluation.md", "docs/results/minilm.md"), ("docs/evaluation.md", "docs/results/heldout.md")} <= seen
 
 
-BENCH_RESULTS = ROOT / "bench" / "results"
-
-
 def bench_script(path: str) -> str:
     """The bench script that measured bench/results/NAME[-VARIANT].json: bench/NAME.py."""
     return Path(path).stem.split("-")[0]
@@ -141,7 +141,6 @@ def bench_script(path: str) -> str:
 def test_the_bench_tables_regenerate_from_their_records(record, tmp_path, capsys):
     """`python bench/NAME.py --summary bench/results/NAME.json` writes the committed bench/results/NAME.md from the
     record in git alone (the speed tables of bench/README.md; each record says the command that measured it)."""
-    sys.path.insert(0, str(ROOT / "bench"))
     script = importlib.import_module(bench_script(record))
     shutil.copy(BENCH_RESULTS / record, tmp_path / record)
     assert script.main(["--summary", str(tmp_path / record)]) == 0
@@ -183,7 +182,6 @@ def test_the_prose_quotes_the_tables():
 def test_a_bench_run_writes_the_record_its_summary_reads(tmp_path, capsys):
     """A (tiny) measuring run of bench/useb_scale.py: --json writes the record and, beside it, the table that
     --summary makes from the record alone."""
-    sys.path.insert(0, str(ROOT / "bench"))
     import useb_scale
 
     record_path = tmp_path / "useb_scale.json"
