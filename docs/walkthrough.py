@@ -458,13 +458,14 @@ sts = [p for split in STSB_SPLITS for p in load_stsb(data_dir / "stsbenchmark" /
 sts = random.Random(0).sample(sts, 1500)
 models = {"raw (mean)": raw, "TSDAE (CLS)": trained.encoder, "ConSERT (mean)": after}
 shapes = {name: plot_similarities.similarities(enc, sts, n_random=1500, seed=0) for name, enc in models.items()}
-print(plot_similarities.summary(list(shapes.items())))
+print(plot_similarities.summary(shapes))
 
 fig, axes = plt.subplots(1, 3, figsize=(12, 2.8), sharey=True)
-bins = torch.linspace(-1, 1, 61).tolist()
+bins = plot_similarities.BINS  # the histograms' bin edges over [-1, 1]
 for ax, (name, r) in zip(axes, shapes.items()):
-    ax.hist(r["random"].tolist(), bins=bins, density=True, alpha=0.6, color="tab:gray", label="random pairs")
-    ax.hist(r["paraphrase"].tolist(), bins=bins, density=True, alpha=0.6, color="tab:orange", label="paraphrases")
+    for kind, color, label in (("random", "tab:gray", "random pairs"), ("paraphrase", "tab:orange", "paraphrases")):
+        ax.hist(((bins[:-1] + bins[1:]) / 2).tolist(), bins=bins.tolist(), weights=r["histogram"][kind],
+                density=True, alpha=0.6, color=color, label=label)
     ax.set_title(name)
     ax.set_xlabel("cosine")
 axes[0].legend(loc="upper left")

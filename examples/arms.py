@@ -116,6 +116,11 @@ def mean_sd(values: list[float], digits: int = 2) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
+def per_seed(differences: list[float]) -> str:
+    """Per-seed differences and their mean: '+4.42, +1.65, +0.06 (mean +2.04)'."""
+    return ", ".join(f"{d:+.2f}" for d in differences) + f" (mean {statistics.mean(differences):+.2f})"
+
+
 # The verdict rule, the same for every table (docs/ablations.md, "How to read a verdict").
 MIN_EFFECT = 1.0  # points of Spearman x 100: a smaller mean difference is no effect, however steady the seeds
 ALPHA = 0.05  # the two-sided level of the paired t-test over seeds

@@ -4,7 +4,7 @@ written from them alone: the same way docs/ablations/ and docs/pretraining_claim
   mini      the Results rows: ConSERT and TSDAE from the raw bert-mini stand-in, STS-b dev and test, seeds 0-2
   topics    TSDAE and ConSERT adapting all-MiniLM-L6-v2 to examples/topics.txt: neighbours on their topic, STS-b
   labels    then your labels: fine-tuning on examples/topics_pairs.tsv, scored on examples/topics_test.tsv
-  collapse  the cosines of random and paraphrase pairs (docs/similarities.png), raw and after each method
+  collapse  the cosines of random and paraphrase pairs, raw and after each method: a table and its figure (.png)
   twitter   TSDAE and ConSERT adapting all-MiniLM-L6-v2 to the TwitterPara test sentences (transductive, TSDAE §4)
   minilm    the shipped all-MiniLM-L6-v2 on every task of evaluate.py --tasks all, and its alignment and uniformity
   heldout   does the label-free held-out signal (--heldout) track STS-b dev? TSDAE and ConSERT from bert-mini
@@ -13,9 +13,9 @@ written from them alone: the same way docs/ablations/ and docs/pretraining_claim
     python examples/results.py topics             # run what is not done yet (resumable), then its table
     python examples/results.py all --summary      # every table from the saved scores, no training
 
-Each table goes to docs/results/NAME.md and into the documents that quote it (examples/arms.py: publish);
-tests/test_published.py rebuilds each from the scores in git and compares. A run's weights stay under --out (not
-kept in git).
+Each table goes to docs/results/NAME.md (collapse's figure beside it, collapse.png) and into the documents that
+quote it (examples/arms.py: publish); tests/test_published.py rebuilds each from the scores in git and compares. A
+run's weights stay under --out (not kept in git).
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import arms  # noqa: E402
 import heldout_vs_dev  # noqa: E402
+import plot_similarities  # noqa: E402
 from arms import gather, mean_sd, publish, run_plan, training  # noqa: E402
 from lib import cli, run  # noqa: E402
 from lib.datafiles import sts_corpus  # noqa: E402
@@ -118,7 +119,7 @@ def arms_of(experiment: str, args: argparse.Namespace) -> dict[str, list[tuple[s
                   f"{out / 'tsdae-mini-s0' / 'model'}:TSDAE"]  # the mini experiment's seed 0
         found["collapse"] = [("collapse", python(
             "examples/plot_similarities.py", "--model", *models, "--data-dir", args.data, "--out",
-            "docs/similarities.png", "--json", str(out / "collapse" / "similarities.json")))]
+            str(out / "collapse" / "similarities.png"), "--json", str(out / "collapse" / "similarities.json")))]
     elif experiment == "twitter":
         raw = out / "raw-minilm-twitter"
         found[raw.name] = [("evaluate-twitter", evaluation(minilm, "twitterpara", raw / "eval.json", args))]
@@ -292,6 +293,12 @@ def main(argv: list[str] | None = None) -> int:
         text = table(experiment, {arm: json.loads(path.read_text()) for arm, path in files.items()})
         print(f"{experiment}:\n{text}\n")
         publish(Path(args.results) / f"{experiment}.md", text)
+        if experiment == "collapse":  # its figure, from the same scores
+            try:
+                plot_similarities.draw(json.loads(files["collapse"].read_text())["similarities"],
+                                       Path(args.results) / "collapse.png")
+            except ImportError:
+                print("collapse: its figure needs matplotlib, which is not installed (pip install matplotlib)")
     return 0
 
 

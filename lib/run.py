@@ -134,12 +134,16 @@ class RunFolder:
             return
         with self.writing(self.checkpoint), atomic_dir(self.checkpoint) as tmp:
             self.encoder.save_pretrained(tmp / "encoder")  # the encoder so far, loadable like any model folder
-            torch.save({
-                "objective": self.objective.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            }, tmp / "training_state.pt")
+            try:
+                torch.save({
+                    "objective": self.objective.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                }, tmp / "training_state.pt")
+            except RuntimeError as e:  # torch's file writer reports a failed write (a full disk) so, not as OSError
+                raise OSError(f"training_state.pt: the write failed, is the disk full? ({str(e).splitlines()[0]})") \
+                    from None
             (tmp / "progress.json").write_text(json.dumps(asdict(state)) + "\n", encoding="utf-8")
 
     def load_checkpoint(self) -> RunState:

@@ -65,12 +65,12 @@ def test_the_claim_sweeps_then_lists_every_arm(tmp_path):
     lines = dry_run("pretraining_claim.py", *claim_args(tmp_path))
     assert lines[0].startswith("0 commands to run")
     commands = [c for c in lines[2:] if c.startswith("python ")]
-    assert lines[1].startswith("96 commands to run")  # 10 pre-trainings; 45 arms less the sweep's 2, each fine-tune + evaluate
+    assert lines[1].startswith("116 commands to run")  # 12 pre-trainings; 54 arms less the sweep's 2, each fine-tune + evaluate
     mlm = [c for c in commands if "baselines/mlm.py" in c]
-    assert len(mlm) == 5 and all("--lr 5e-05 " in c for c in mlm)  # the sweep's choice for MLM
-    assert sum(c.startswith("python tsdae.py") and "--lr 0.0001 " in c for c in commands) == 5  # and for TSDAE
-    assert sum("finetune.py" in c for c in commands) == 43 and sum("evaluate.py" in c for c in commands) == 43
-    assert sum("--sample 100 " in c for c in commands) == 15 and sum("--sample 1000 " in c for c in commands) == 13
+    assert len(mlm) == 6 and all("--lr 5e-05 " in c for c in mlm)  # the sweep's choice for MLM
+    assert sum(c.startswith("python tsdae.py") and "--lr 0.0001 " in c for c in commands) == 6  # and for TSDAE
+    assert sum("finetune.py" in c for c in commands) == 52 and sum("evaluate.py" in c for c in commands) == 52
+    assert sum("--sample 100 " in c for c in commands) == 18 and sum("--sample 1000 " in c for c in commands) == 16
     assert all(c.split("--json ")[1].startswith(str(tmp_path / "results" / "scores")) for c in commands if "evaluate.py" in c)
 
 
@@ -96,8 +96,8 @@ def test_the_claim_table_from_saved_scores(tmp_path):
     # the chosen rates' sweep arms are their seed 0, k = 1000 arms (rewritten below: dev 52 and 53)
     assert "| MLM | 0.0001 | 52.00 | yes |" in table and "| TSDAE | 5e-05 | 53.00 | yes |" in table
     assert "| MLM | 5e-05 | 40.00 |  |" in table
-    assert "| all | 50.00 ± 0.00 | 52.00 ± 0.00 | 54.00 ± 1.00 | +1.00, +2.00, +3.00 | cannot tell: needs ~4 seeds " \
-           "(p 0.074); dev: holds (p < 0.001) | +3.00, +4.00, +5.00 | holds (p 0.020); " \
+    assert "| all | 50.00 ± 0.00 | 52.00 ± 0.00 | 54.00 ± 1.00 | +1.00, +2.00, +3.00 (mean +2.00) | cannot tell: needs " \
+           "~4 seeds (p 0.074); dev: holds (p < 0.001) | +3.00, +4.00, +5.00 (mean +4.00) | holds (p 0.020); " \
            "dev: holds (p < 0.001) |" in table
     assert "at lr 0.0001 (MLM) and 5e-05 (TSDAE); fine-tuning lr 5e-05)" in table
 
@@ -115,8 +115,9 @@ def test_the_claim_summary_says_what_is_missing(tmp_path):
     write_sweep(tmp_path, {("mlm", 5e-5): 60.0, ("mlm", 1e-4): 58.0, ("tsdae", 5e-5): 59.0, ("tsdae", 1e-4): 61.0})
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0 and "| 100 | (not all arms done) |" in result.stdout
-    assert "not done yet: none-k100-lr5e-05 seeds 0, 1, 2, 3, 4; none-k1000-lr5e-05 seeds 0, 1, 2, 3, 4;" in result.stdout
-    assert "mlm-lr5e-05-steps2000-k1000-lr5e-05 seeds 1, 2, 3, 4;" in result.stdout  # seed 0: the sweep's
+    assert "not done yet: none-k100-lr5e-05 seeds 0, 1, 2, 3, 4, 5; none-k1000-lr5e-05 seeds 0, 1, 2, 3, 4, 5;" \
+        in result.stdout
+    assert "mlm-lr5e-05-steps2000-k1000-lr5e-05 seeds 1, 2, 3, 4, 5;" in result.stdout  # seed 0: the sweep's
 
 
 def test_the_ablations_list_every_arm_once(tmp_path):
@@ -143,7 +144,8 @@ def test_the_ablations_list_every_arm_once(tmp_path):
 def test_a_dry_run_piped_into_head_ends_without_a_traceback(tmp_path):
     result = subprocess.run(f"{sys.executable} examples/ablations.py all --dry-run --out {tmp_path} --results {tmp_path} | head -1",
                             shell=True, capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert result.stdout.startswith(f"{2 * (12 * 5 + 24 * 3)} commands to run") and result.stderr == ""
+    arms = 12 * len(ablations.SEEDS["tsdae"]) + 24 * len(ablations.SEEDS["consert"])
+    assert result.stdout.startswith(f"{2 * arms} commands to run") and result.stderr == ""  # train, evaluate
 
 
 def test_an_ablation_table_from_saved_scores(tmp_path, monkeypatch):
@@ -241,7 +243,7 @@ def test_the_labs_list_every_arm_once_and_summarise(tmp_path, capsys):
     import lab_results as labs
 
     lines = dry_run("lab_results.py", "all", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"))
-    assert lines[0].startswith("94 commands to run")  # (13 arms x 3 seeds + lab 5's 4 arms x 2 more) x (train, evaluate)
+    assert lines[0].startswith("118 commands to run")  # (13 arms x 3 seeds + lab 5's 4 arms x 5 more) x (train, evaluate)
     assert sum("--shared-dropout" in c for c in lines) == 3 and sum("/simcse-s" in c and "--out" in c for c in lines) == 3
     argv = ["lab3", "--summary", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
     labs.main(argv)

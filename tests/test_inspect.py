@@ -2,6 +2,7 @@
 (examples/plot_similarities.py), and the model card a trained folder carries (lib/card.py)."""
 import argparse
 import hashlib
+import json
 import math
 import os
 import re
@@ -162,7 +163,8 @@ def test_plot_similarities_writes_a_png_and_a_summary(tmp_path, small_sts, tiny_
     pytest.importorskip("matplotlib")
     out = tmp_path / "sims.png"
     result = subprocess.run([sys.executable, str(PLOT), "--model", f"{tiny_model_dir}:random tiny", minilm_path,
-                             "--data-dir", str(small_sts), "--pairs", "50", "--out", str(out)],
+                             "--data-dir", str(small_sts), "--pairs", "50", "--out", str(out), "--json",
+                             str(tmp_path / "sims.json")],
                             capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -178,6 +180,13 @@ def test_plot_similarities_writes_a_png_and_a_summary(tmp_path, small_sts, tiny_
     pairs = [p for split in ("train", "dev", "test") for p in load_stsb(small_sts / "stsbenchmark" / f"sts-{split}.csv")]
     expected = evaluate.alignment_uniformity(SentenceEncoder.from_pretrained(minilm_path), pairs)
     assert (align, uniform) == (round(expected["alignment"], 3), round(expected["uniformity"], 3))  # the task's numbers
+    numbers = json.loads((tmp_path / "sims.json").read_text())
+    paraphrases = sum(p[2] > 4 for p in pairs)
+    assert [(sum(r["histogram"]["random"]), sum(r["histogram"]["paraphrase"])) for r in numbers.values()] == \
+        [(50, paraphrases)] * 2
+    script = runpy.run_path(str(PLOT))
+    script["draw"](numbers, tmp_path / "redrawn.png")  # the figure again, from the JSON alone
+    assert (tmp_path / "redrawn.png").read_bytes() == out.read_bytes()
 
 
 def test_plot_similarities_without_matplotlib_says_how_to_get_it(tmp_path, small_sts):

@@ -42,6 +42,22 @@ def test_the_ablation_tables_regenerate_from_their_scores(tmp_path, capsys):
                 f"docs/ablations.md does not quote docs/ablations/{name} as generated"
 
 
+def test_the_figures_redraw_from_their_numbers(tmp_path, capsys):
+    """Each published figure is drawn from numbers in git alone, to the byte (matplotlib is pinned): the ablation
+    figures from docs/ablations/TABLE.json, the collapse figure from docs/results/scores/collapse.json."""
+    pytest.importorskip("matplotlib")
+    import plot_ablations
+
+    plot_ablations.main(["--out", str(tmp_path)])
+    shutil.copytree(ROOT / "docs" / "results" / "scores", tmp_path / "scores")
+    results.main(["collapse", "--summary", "--results", str(tmp_path), "--out", str(tmp_path / "runs")])
+    capsys.readouterr()
+    published = [*ABLATIONS.glob("*.png"), ROOT / "docs" / "results" / "collapse.png"]
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(p.name for p in published)
+    for figure in published:
+        assert (tmp_path / figure.name).read_bytes() == figure.read_bytes(), f"{figure.relative_to(ROOT)} is stale"
+
+
 def test_the_verdicts_follow_the_written_rule():
     """docs/ablations.md's rule, applied to the scores files with scipy: holds (or reversed) when the mean of the
     per-seed differences is at least 1 point in the paper's direction (or against it) and a two-sided paired t-test
