@@ -461,11 +461,9 @@ shapes = {name: plot_similarities.similarities(enc, sts, n_random=1500, seed=0) 
 print(plot_similarities.summary(shapes))
 
 fig, axes = plt.subplots(1, 3, figsize=(12, 2.8), sharey=True)
-bins = plot_similarities.BINS  # the histograms' bin edges over [-1, 1]
 for ax, (name, r) in zip(axes, shapes.items()):
     for kind, color, label in (("random", "tab:gray", "random pairs"), ("paraphrase", "tab:orange", "paraphrases")):
-        ax.hist(((bins[:-1] + bins[1:]) / 2).tolist(), bins=bins.tolist(), weights=r["histogram"][kind],
-                density=True, alpha=0.6, color=color, label=label)
+        plot_similarities.bars(ax, r["histogram"][kind], alpha=0.6, color=color, label=label)
     ax.set_title(name)
     ax.set_xlabel("cosine")
 axes[0].legend(loc="upper left")

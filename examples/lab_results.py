@@ -1,4 +1,4 @@
-"""The labs of LABS.md, one command each: every arm over seeds 0-2 (lab 5: 0-4) from the raw bert-mini stand-in,
+"""The labs of LABS.md, one command each: every arm over seeds 0-2 (lab 5: 0-7) from the raw bert-mini stand-in,
 each arm's scores kept in git (docs/labs/scores/ARM-sSEED.json) and each lab's table written from them alone
 (docs/labs/LAB.md), the way examples/results.py publishes the README's tables.
 

@@ -83,6 +83,11 @@ def summary(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def bars(ax, counts: list[int], **style) -> None:
+    """One histogram of cosines on a matplotlib axis, from its counts over BINS (each count at its bin's centre)."""
+    ax.hist(((BINS[:-1] + BINS[1:]) / 2).tolist(), bins=BINS.tolist(), weights=counts, density=True, **style)
+
+
 def draw(results: dict[str, dict], out: Path) -> None:
     """The figure, from the numbers alone ({label: similarities(...)}, as --json writes them): a panel per model,
     the two histograms of cosines. Needs matplotlib (ImportError without it)."""
@@ -96,8 +101,7 @@ def draw(results: dict[str, dict], out: Path) -> None:
         for kind, color in (("random", "tab:gray"), ("paraphrase", "tab:orange")):
             counts = r["histogram"][kind]
             name = f"{kind} pairs ({sum(counts)}), mean cosine {r[kind]:.2f}"
-            ax.hist(((BINS[:-1] + BINS[1:]) / 2).tolist(), bins=BINS.tolist(), weights=counts, density=True,
-                    alpha=0.55, color=color, label=name)  # each bin's count at its centre
+            bars(ax, counts, alpha=0.55, color=color, label=name)
         ax.set_title(f"{label}: alignment {r['alignment']:.3f}, uniformity {r['uniformity']:.3f} (lower is better)",
                      fontsize=10)
         ax.set_ylabel("density")

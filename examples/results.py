@@ -290,13 +290,13 @@ def main(argv: list[str] | None = None) -> int:
         if absent:
             print(f"{experiment}: no scores yet for {', '.join(absent)} (python examples/results.py {experiment} makes them)")
             continue
-        text = table(experiment, {arm: json.loads(path.read_text()) for arm, path in files.items()})
+        scores = {arm: json.loads(path.read_text()) for arm, path in files.items()}
+        text = table(experiment, scores)
         print(f"{experiment}:\n{text}\n")
         publish(Path(args.results) / f"{experiment}.md", text)
         if experiment == "collapse":  # its figure, from the same scores
             try:
-                plot_similarities.draw(json.loads(files["collapse"].read_text())["similarities"],
-                                       Path(args.results) / "collapse.png")
+                plot_similarities.draw(scores["collapse"]["similarities"], Path(args.results) / "collapse.png")
             except ImportError:
                 print("collapse: its figure needs matplotlib, which is not installed (pip install matplotlib)")
     return 0

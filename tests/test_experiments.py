@@ -238,7 +238,7 @@ def test_the_readme_runs_gather_and_summarise(tmp_path, capsys):
 
 
 def test_the_labs_list_every_arm_once_and_summarise(tmp_path, capsys):
-    """labs.py all --dry-run: 13 arms over seeds 0-2 (lab 5's over 0-4), shared arms run once; --summary writes a lab's table from
+    """labs.py all --dry-run: 13 arms over seeds 0-2 (lab 5's over 0-7), shared arms run once; --summary writes a lab's table from
     the scores files alone: each seed, mean ± sd, the per-seed difference and its verdicts on test and dev."""
     import lab_results as labs
 
