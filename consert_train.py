@@ -5,7 +5,7 @@ stage, and the command line (`python consert.py` and `python consert_train.py` r
   OfficialAdamW        the official code's AdamW (--optimizer official; with train.linear_schedule_with_warmup)
   make_parser          every flag
   main                 read the inputs (lib/datafiles.py: NLI pairs, the official STS sentences), then each stage:
-                       lib/experiment.py's steps and the ones below, then one call of train.train
+                       experiment.py's steps and the ones below, then one call of train.train
   build_encoder, build_objective, stage_loader, held_out_signals, stage_settings, describe
 """
 from __future__ import annotations
@@ -18,22 +18,18 @@ from typing import Callable, Sequence
 import torch
 
 import data
+import experiment
 import train
-from consert import (NLI_FEATURES, AdversarialConSERTLoss, ConSERTLoss, NLIDataset, SentenceDataset,
+from consert import (NLI_FEATURES, VIEW_NAMES, AdversarialConSERTLoss, ConSERTLoss, NLIDataset, SentenceDataset,
                      SupervisedConSERTLoss, View, check_views, collate_nli, collate_sentences,
                      switch_off_dropout)
-from labs.masked_cutoff import MaskedCutoffConSERTLoss
-from labs.shared_dropout import SharedDropoutConSERTLoss
-from lib import cli, distributed, experiment
+from lib import cli, distributed
 from lib.corpus import few_shot, open_corpus
 from lib.datafiles import NLI_LABELS, read_nli, sts_corpus
-from lib.errors import UsageError
 from lib.run import finished
 from lib.selection import HeldOut
 from model import Bert, SentenceEncoder
 from speedups import fast, gradcache
-
-VIEW_CHOICES = MaskedCutoffConSERTLoss.view_names  # consert.VIEW_NAMES and LABS.md lab 1's token_cutoff_masked
 
 
 @dataclass(frozen=True)
@@ -116,10 +112,11 @@ def with_flags(stage: Stage, args: argparse.Namespace, prefix: str) -> Stage:
 # The run: the strategy's stages, each a call of train.train
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, unsupervised: type[ConSERTLoss] = ConSERTLoss) -> int:
     """A ConSERT run: each stage of --strategy, one call of the shared loop, from the encoder the
-    stage before left (its best/ with an evaluation)."""
-    args = parse_args(argv)
+    stage before left (its best/ with an evaluation). A lab's entry point (labs/, LABS.md) runs it with its
+    subclass of ConSERTLoss, `unsupervised`, for the contrastive stage."""
+    args = parse_args(argv, unsupervised)
     out = Path(args.out)
     plan = stages(args)  # e.g. joint-unsup: joint on NLI, then contrastive on the corpus
     nli = read_nli(args.nli, args.bad_lines) if plan[0].kind != "unsup" else None
@@ -136,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         else:  # one stage: one call of the training loop, from the encoder the stage before left
             inputs = corpus if stage.kind == "unsup" else nli
             encoder = build_encoder(stage, model_dir, args)
-            objective = build_objective(stage, encoder, args, device, world)
+            objective = build_objective(stage, encoder, args, device, world, unsupervised)
             trained, kept_out = experiment.hold_out(inputs, args, "lines" if stage.kind == "unsup" else "NLI pairs")
             if stage.kind == "unsup" and args.few_shot:  # §4.4: N sentences of the corpus, upsampled to its size or not
                 trained = few_shot(trained, args.few_shot, seed=args.seed, upsample=args.upsample)
@@ -172,36 +169,23 @@ def build_encoder(stage: Stage, model_dir: str | Path | None, args: argparse.Nam
     return encoder
 
 
-def objective_class(stage: Stage, args: argparse.Namespace) -> type[ConSERTLoss]:
-    """ConSERTLoss, or a lab's variant of it (LABS.md, labs 1 and 3) when the flags ask for one."""
-    if args.shared_dropout and stage.kind != "sup":
-        return SharedDropoutConSERTLoss
-    if "token_cutoff_masked" in [view.name for view in stage.views]:
-        return MaskedCutoffConSERTLoss
-    return ConSERTLoss
-
-
 def build_objective(stage: Stage, encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
-                    world: int) -> ConSERTLoss:
-    """The stage's objective: ConSERTLoss (unsup; a lab's subclass when the flags ask), AdversarialConSERTLoss (unsup
-    with an adversarial view) or SupervisedConSERTLoss (sup, joint); with --micro-batch the cached gradient's
-    (speedups/gradcache.py). Under torchrun its negatives (and NLI pairs) are every process's (--local-negatives:
-    each process's own). The encoder's PackedBert or Bert is build_encoder's choice."""
+                    world: int, unsupervised: type[ConSERTLoss] = ConSERTLoss) -> ConSERTLoss:
+    """The stage's objective: ConSERTLoss (unsup; a lab's `unsupervised` subclass from its entry point),
+    AdversarialConSERTLoss (unsup with an adversarial view) or SupervisedConSERTLoss (sup, joint); with --micro-batch
+    the cached gradient's (speedups/gradcache.py). Under torchrun its negatives (and NLI pairs) are every process's
+    (--local-negatives: each process's own). The encoder's PackedBert or Bert is build_encoder's choice."""
     gather = distributed.gather_with_local_grad if world > 1 and not args.local_negatives else distributed.own_rows
     common = dict(temperature=args.temperature, cl_weight=args.cl_weight, gather=gather)
     chunks = {"micro_batch": args.micro_batch} if args.micro_batch else {}
     adversarial = "adversarial" in [view.name for view in stage.views]
-    lab = objective_class(stage, args)  # ConSERTLoss or a lab's (LABS.md, labs 1 and 3)
-    if lab is MaskedCutoffConSERTLoss and (stage.kind != "unsup" or adversarial):
-        raise UsageError("the view token_cutoff_masked is a lab of the unsupervised objective (LABS.md, lab 1): "
-                         "not with NLI pairs nor beside the adversarial view")
-    if stage.kind != "unsup":  # §3.4 (--shared-dropout in joint: its two simcse views are already one pass)
+    if stage.kind != "unsup":  # §3.4
         supervised = gradcache.ChunkedSupervisedConSERTLoss if args.micro_batch else SupervisedConSERTLoss
         return supervised(encoder, stage.views, len(NLI_LABELS), joint=stage.kind == "joint",
                           nli_features=args.nli_features, adv_norm=args.adv_norm, **chunks, **common)
     if adversarial:
         return AdversarialConSERTLoss(encoder, stage.views, adv_norm=args.adv_norm, **common)
-    return (gradcache.ChunkedConSERTLoss if args.micro_batch else lab)(encoder, stage.views, **chunks, **common)
+    return (gradcache.ChunkedConSERTLoss if args.micro_batch else unsupervised)(encoder, stage.views, **chunks, **common)
 
 
 def datasets(stage: Stage, inputs: Sequence, encoder: SentenceEncoder) -> tuple[torch.utils.data.Dataset, Callable]:
@@ -239,7 +223,7 @@ def held_out_signals(stage: Stage, kept_out: list, objective: ConSERTLoss, args:
 def stage_settings(stage: Stage, out: Path, resume: bool, loader: torch.utils.data.DataLoader,
                    args: argparse.Namespace, argv: list[str] | None, inputs: Sequence,
                    heldout: HeldOut | None) -> train.TrainSettings:
-    """The official optimiser: sentence-transformers' fit (lib/experiment.CONSERT_FIT: AdamW, eps 1e-6, weight decay
+    """The official optimiser: sentence-transformers' fit (experiment.CONSERT_FIT: AdamW, eps 1e-6, weight decay
     0.01, 10% linear warm-up then linear decay, clip 1.0); with --optimizer official its AdamW without bias correction
     and its warm-up from lr 0 (train.linear_schedule_with_warmup). The evaluation the flags ask for, scored with
     --eval-pooling; the card of the stage's `inputs`."""
@@ -250,14 +234,16 @@ def stage_settings(stage: Stage, out: Path, resume: bool, loader: torch.utils.da
     card = cli.model_card("ConSERT", make_parser(), args, argv, lines, pooling="mean", lr=stage.lr,
                           corpus=f"{corpus}, stage {stage.kind} of --strategy {args.strategy}")
     official = args.optimizer == "official"
+    recipe = experiment.CONSERT_FIT | (dict(warmup_ratio=0.0, schedule="constant") if args.schedule == "constant" else {})
     return experiment.settings(
         args, loader, card, heldout, steps=stage.steps, epochs=stage.epochs, lr=stage.lr, out=out, resume=resume,
-        eval_pooling=args.eval_pooling, patience=stage.patience, **experiment.CONSERT_FIT,
+        eval_pooling=args.eval_pooling, patience=stage.patience, **recipe,
         optimizer_fn=OfficialAdamW if official else None,
-        lr_factor_fn=train.linear_schedule_with_warmup if official else None)
+        lr_factor_fn=train.linear_schedule_with_warmup if official and args.schedule == "official" else None)
 
 
-def make_parser() -> cli.ArgumentParser:
+def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
+    """Every flag; `view_names`: the views --view1 / --view2 may name (a lab's objective may make more)."""
     p = cli.ArgumentParser(description="Fine-tune a sentence encoder with ConSERT (arXiv:2105.11741): contrastive "
                                        "learning between two views of each sentence made at the embedding layer, "
                                        "optionally fused with NLI supervision (§3.4). Every default is the official "
@@ -290,7 +276,7 @@ def make_parser() -> cli.ArgumentParser:
                           ("nli-", "the NLI stage (sup, joint, and stage 1 of sup-unsup / joint-unsup)")):
         group = p.add_argument_group(title)
         for i in (1, 2):
-            group.add_argument(f"--{prefix}view{i}", choices=VIEW_CHOICES, help=f"view {i} (default: the official)")
+            group.add_argument(f"--{prefix}view{i}", choices=view_names, help=f"view {i} (default: the official)")
             group.add_argument(f"--{prefix}rate{i}", type=float,
                                help=f"cutoff / span / dropout rate of view {i} (default: the official, else 0.2)")
         group.add_argument(f"--{prefix}lr", type=float, help="AdamW learning rate (default: the official)")
@@ -307,7 +293,7 @@ def make_parser() -> cli.ArgumentParser:
                         "paper's and SBERT's u,v,|u-v|")
     both = p.add_argument_group("both stages")
     both.add_argument("--model", default=None,
-                      help="a BERT, RoBERTa, XLM-R, DistilBERT or ELECTRA checkpoint: a local folder or a Hub id "
+                      help=f"a {cli.checkpoint_families()} checkpoint: a local folder or a Hub id "
                            "such as bert-base-uncased (default: the shipped all-MiniLM-L6-v2)")
     both.add_argument("--batch-size", type=int, default=96,
                       help="sentences (or NLI pairs) per step; under torchrun the global batch, split over the processes")
@@ -317,13 +303,14 @@ def make_parser() -> cli.ArgumentParser:
     both.add_argument("--optimizer", default="official", choices=["official", "pytorch"],
                       help="official: the official code's AdamW without bias correction, warm-up from lr 0 (its "
                            "numbers); pytorch: PyTorch's bias-corrected AdamW, warm-up from lr/warmup-steps")
+    both.add_argument("--schedule", default="official", choices=["official", "constant"],
+                      help="official: 10%% linear warm-up, then linear decay to 0 over the run; constant: the peak lr "
+                           "from the first step to the last, as TSDAE trains (a run's step s is then the same whatever "
+                           "its length: a learning curve resumes with a larger --steps)")
     both.add_argument("--micro-batch", type=int, metavar="N",
                       help="encode each batch N sentences at a time with the cached gradient (Gao et al. 2021): the "
                            "whole batch's loss and exact gradient in the encoder memory of N; the dropout and views "
                            "are drawn per chunk (speedups/gradcache.py). Not with the adversarial view")
-    both.add_argument("--shared-dropout", action="store_true",
-                      help="with the views simcse and simcse: one encoder pass is both views, the same dropout masks "
-                           "for the two copies (SimCSE's \"fixed 0.1\"; LABS.md, lab 3)")
     both.add_argument("--local-negatives", action="store_true",
                       help="under torchrun: each process contrasts its own share of the batch as a batch of its own, "
                            "and DDP sums their gradients (default: every process's sentences are the negatives)")
@@ -336,9 +323,11 @@ def make_parser() -> cli.ArgumentParser:
     return p
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The flags, each in its range; the inputs and views each stage of the strategy needs."""
-    p = make_parser()
+def parse_args(argv: list[str] | None = None, unsupervised: type[ConSERTLoss] = ConSERTLoss) -> argparse.Namespace:
+    """The flags, each in its range; the inputs and views each stage of the strategy needs (a lab's `unsupervised`
+    objective: the views it makes, in the contrastive stage)."""
+    lab = unsupervised is not ConSERTLoss
+    p = make_parser(tuple(dict.fromkeys((*VIEW_NAMES, *unsupervised.view_names))))
     args = p.parse_args(argv)
     kinds = [stage.kind for stage in OFFICIAL[args.strategy]]
     if "unsup" in kinds and bool(args.corpus) == bool(args.sts_corpus):
@@ -349,20 +338,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         at_least_one=("epochs", "steps", "nli_epochs", "nli_steps", "batch_size", "eval_every",
                                       "micro_batch"),
                         ratios=("rate1", "rate2", "nli_rate1", "nli_rate2"), not_negative=("patience", "nli_patience"))
+    if lab and "unsup" not in kinds:
+        p.error(f"{unsupervised.__name__} is a lab of the contrastive stage: --strategy {args.strategy} has none")
     for stage in stages(args):
+        names = [view.name for view in stage.views]
         try:
-            check_views(stage.views, VIEW_CHOICES)
+            check_views(stage.views, unsupervised.view_names if lab and stage.kind == "unsup" else VIEW_NAMES)
         except ValueError as e:
-            p.error(str(e))
+            p.error(f"{unsupervised.__name__}: {e}" if lab and stage.kind == "unsup" else str(e))
         if not stage.dropout and "simcse" in [view.name for view in stage.views]:
             p.error("the simcse view is the encoder's own dropout: it needs the encoder's dropout on (or auto)")
-        if args.shared_dropout and stage.kind != "sup" and [view.name for view in stage.views] != ["simcse", "simcse"]:
-            p.error("--shared-dropout needs the views simcse and simcse")
         if args.micro_batch and "adversarial" in [view.name for view in stage.views] and stage.kind != "sup":
             p.error("--micro-batch cannot take the adversarial view: its perturbation is a gradient through the "
                     "whole batch's loss, inside the forward pass")
-        if args.micro_batch and objective_class(stage, args) is not ConSERTLoss:
-            p.error("--micro-batch chunks ConSERT's own objective, not a lab's (--shared-dropout, token_cutoff_masked)")
+        if lab and stage.kind == "unsup" and (args.micro_batch or "adversarial" in names):
+            p.error(f"{unsupervised.__name__} is a lab of ConSERTLoss itself: not with --micro-batch (the cached "
+                    "gradient chunks ConSERT's own objective) nor the adversarial view")
     cli.check_selection(p, args)
     if args.upsample and not args.few_shot:
         p.error("--upsample repeats the sentences of --few-shot N: give --few-shot too")

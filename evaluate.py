@@ -35,12 +35,10 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 from scipy.stats import pearsonr, spearmanr
 
 from lib import cli, download, useb
-from lib.align_uniform import POSITIVE_SCORE, alignment_uniformity_of
+from lib.align_uniform import POSITIVE_SCORE, alignment_uniformity_of, encode_unique  # unit vectors, each sentence once
 from lib.datafiles import (STS_SUBSETS, STSB_SPLITS, load_askubuntu, load_pit2015, load_rerank_jsonl, load_sick,
                            load_stsb, load_sts_year, load_twitter_url)
 from lib.errors import CorpusError, DataFormatError, DataMissingError
@@ -50,16 +48,7 @@ from model import Bert, SentenceEncoder
 from speedups import fast
 
 # ---------------------------------------------------------------------------
-# Embedding and the metrics
-
-def encode_unique(encoder, sentences: Sequence[str], batch_size: int = 64, show_progress: bool = False) -> torch.Tensor:
-    """Unit-length embeddings, one row per input sentence; each distinct sentence is encoded once."""
-    unique = list(dict.fromkeys(sentences))
-    emb = torch.as_tensor(encoder.encode(unique, batch_size=batch_size, show_progress=show_progress))
-    emb = F.normalize(emb.float(), dim=-1)  # then cosine similarity = dot product
-    row = {s: i for i, s in enumerate(unique)}
-    return emb[[row[s] for s in sentences]]
-
+# Embedding and the metrics (encode_unique: lib/align_uniform.py)
 
 def pair_cosines(encoder, pairs: Sequence[tuple], batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
     """Cosine similarity of (sentence1, sentence2, ...) pairs."""
@@ -339,7 +328,7 @@ USEB_TASKS = ["useb-askubuntu", "useb-cqadupstack", "useb-twitterpara", "useb-sc
 
 
 # ---------------------------------------------------------------------------
-# The entry point from Python: evaluate (the training scripts' dev score: lib.selection.dev_score)
+# The entry point from Python: evaluate (the training scripts' dev score: experiment.dev_score)
 
 def parse_tasks(tasks: str | Sequence[str]) -> list[str]:
     """'stsb,sickr' or ['stsb', 'sickr'] -> list of names; raises ValueError on an unknown one."""

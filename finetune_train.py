@@ -5,8 +5,8 @@ line and the run (`python finetune.py` and `python finetune_train.py` run it).
     python finetune.py --pairs my_pairs.tsv --model runs/tsdae/model --out runs/ft   # 2. then your labels
     python evaluate.py --model runs/ft/model --tasks sts:my_test.tsv       # 3. your own test set
 
-  make_parser, parse_args   every flag, with sentence-transformers' training defaults (lib/experiment.FIT)
-  main                      the run: lib/experiment.py's steps and the ones below, then train.train
+  make_parser, parse_args   every flag, with sentence-transformers' training defaults (experiment.FIT)
+  main                      the run: experiment.py's steps and the ones below, then train.train
   read_examples             the rows of --pairs (or --nli's triples), their kind, and --sample
   build_objective           the encoder and SupervisedLoss (the cached gradient with --micro-batch)
   examples                  the rows as training items
@@ -19,9 +19,10 @@ from typing import Sequence
 
 import torch
 
+import experiment
 import finetune
 import train
-from lib import cli, distributed, experiment
+from lib import cli, distributed
 from lib.datafiles import nli_triplets, read_nli, read_training_file
 from lib.errors import UsageError
 from model import SentenceEncoder
@@ -55,13 +56,22 @@ def main(argv: list[str] | None = None) -> int:
     heldout = experiment.held_out_signals(objective, examples(kind, kept_out, encoder), finetune.collate_examples,
                                           [s for row in kept_out for s in row if isinstance(s, str)], args, device)
     run = experiment.settings(args, loader, card, heldout, steps=args.steps, epochs=args.epochs, lr=args.lr,
-                              **experiment.FIT)
+                              decay_steps=fit_decay_steps(len(rows), args), **experiment.FIT)
     loss = "in-batch negatives" if kind != "scored" else args.loss
     what = f"{kind} of anchor, positive and {len(rows[0]) - 2} negatives" if kind == "tuples" else kind
     experiment.say_start(f"fine-tuning: {len(rows)} {what} ({loss})", run, args, device)
     train.train(encoder, objective, loader, run, device)
     experiment.say_done(run.out, f"{encoder.pooling} pooling")
     return 0
+
+
+def fit_decay_steps(rows: int, args: argparse.Namespace) -> int | None:
+    """With --epochs, the step where the lr reaches 0 as sentence-transformers' fit (6.2) schedules it:
+    rows // batch * epochs, full batches only, while its trainer trains every batch, the short last one too
+    (dataloader_drop_last False), so the last steps run at lr 0: README's 175 pairs, batch 16, 3 epochs train 33
+    steps and decay to 0 at step 30. None with --steps (fit's steps_per_epoch: decay over them all) and with fewer
+    rows than a batch, where fit's schedule is 0 after the warm-up and nothing would train: decay over the steps."""
+    return None if args.steps else (rows // args.batch_size) * args.epochs or None
 
 
 def read_examples(args: argparse.Namespace) -> tuple[str, list[tuple]]:
@@ -146,7 +156,7 @@ def make_parser() -> cli.ArgumentParser:
                    help="encode each batch N sentences at a time with the cached gradient (Gao et al. 2021): the whole "
                         "batch's loss and exact gradient in the encoder memory of N; dropout is drawn per chunk "
                         "(speedups/gradcache.py)")
-    cli.add_run_arguments(p, out="runs/finetune", inputs="the lines of --nli")
+    cli.add_run_arguments(p, out="runs/finetune", inputs="the lines of --nli", fast_path=False)  # one path only
     cli.add_selection_arguments(p, eval_every=100, what="e.g. --eval-task sts:dev.tsv, your own dev file")
     return p
 

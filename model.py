@@ -5,11 +5,12 @@ Read top to bottom:
   2. Embeddings           word + position + segment vectors, LayerNorm, dropout
   3. attention            softmax(Q K^T / sqrt(d_head)) V, the formula
      MultiHeadAttention   h heads of it; keys and values from the sentence itself or from a `memory`
-     RelativePositionBias, Rotary   MPNet's and ModernBERT's positions, seen by attention
   4. FeedForward, EncoderLayer, Bert   post-LayerNorm residual blocks: embed, then run the layers
   5. MLMHead              BERT's masked-LM head (TSDAE's decoder reuses it)
   6. pool                 one vector per sentence: cls / mean / max (after_pooling: Normalize, Dense)
   7. SentenceEncoder      tokenizer + Bert + pooling: from_pretrained / encode / save_pretrained
+  8. a later read, once BERT is done: what the other families add (PreNormEncoderLayer, RelativePositionBias,
+     Rotary: ModernBERT's pre-LayerNorm blocks, MPNet's and ModernBERT's positions)
 
 No objective and no training here. Two pieces exist for the methods: the `memory` of MultiHeadAttention (TSDAE's
 cross-attention) and last2-mean pooling (ConSERT's official evaluation). The files on disk (safetensors, Hugging
@@ -55,6 +56,8 @@ class BertConfig:
     model_type: str = "bert"  # the Hugging Face layout to save back in
     embedding_size: int | None = None  # ELECTRA: embeddings this wide, projected to hidden_size (None: hidden_size)
     position_offset: int = 0  # RoBERTa / XLM-R: position ids count from pad_token_id + 1
+    embedding_pad_id: int | None = None  # MPNet: the id its embeddings take for padding, 1 whatever pad_token_id
+    # says (transformers' MPNetEmbeddings fixes it); None: pad_token_id
     attention_output_dropout: bool = True  # DistilBERT adds its attention output without dropout
     # (DistilBERT's other difference: no token-type embeddings, type_vocab_size 0)
     relative_attention_num_buckets: int | None = None  # MPNet: a learned bias per head and bucketed distance
@@ -89,15 +92,16 @@ class Embeddings(nn.Module):
     def __init__(self, cfg: BertConfig, lookup_class: type[nn.Embedding] = nn.Embedding):
         super().__init__()
         e = cfg.embedding_size or cfg.hidden_size
-        self.word = lookup_class(cfg.vocab_size, e, padding_idx=cfg.pad_token_id)  # the word vectors E (V, e)
+        pad_id = cfg.pad_token_id if cfg.embedding_pad_id is None else cfg.embedding_pad_id
+        self.word = lookup_class(cfg.vocab_size, e, padding_idx=pad_id)  # the word vectors E (V, e)
         self.position = nn.Embedding(cfg.max_position_embeddings, e,  # (ModernBERT has none: Rotary)
-                                     padding_idx=cfg.pad_token_id if cfg.position_offset else None
+                                     padding_idx=pad_id if cfg.position_offset else None
                                      ) if cfg.global_rope_theta is None else None
         self.token_type = nn.Embedding(cfg.type_vocab_size, e) if cfg.type_vocab_size else None
         self.norm = nn.LayerNorm(e, eps=cfg.layer_norm_eps, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.project = nn.Linear(e, cfg.hidden_size) if e != cfg.hidden_size else None  # ELECTRA's
-        self.pad_id, self.offset = cfg.pad_token_id, cfg.position_offset
+        self.pad_id, self.offset = pad_id, cfg.position_offset
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """input_ids (B, L); position_ids (B, L): each token's position in its sentence, 0, 1, ... by default."""
@@ -201,98 +205,44 @@ def merge_heads(y: torch.Tensor) -> torch.Tensor:
     return y.transpose(1, 2).reshape(B, L, h * dh)
 
 
-class RelativePositionBias(nn.Module):
-    """MPNet's relative positions (arXiv:2004.09297, pre-training setup; T5's, arXiv:1910.10683 §2.1): a learned
-    number per head for the distance between a query and a key, added to the attention scores of every layer (one
-    table for all of them), beside the absolute position vectors. Distances go into 32 buckets: 16 for keys before
-    the query, 16 after; within each, distances 0..7 get a bucket each, and 8..127 share 8 buckets on a log scale
-    (the last one for 128 and beyond)."""
-
-    def __init__(self, cfg: BertConfig):
-        super().__init__()
-        self.table = nn.Embedding(cfg.relative_attention_num_buckets, cfg.num_attention_heads)  # (32, h)
-
-    def forward(self, mask: torch.Tensor) -> torch.Tensor:
-        """mask: bool, broadcastable to (B, h, L, L) (padding or causal), True = may attend -> the float mask
-        (B, h, L, L) or (h, L, L): the bias where a query may attend, -inf elsewhere."""
-        L = mask.shape[-1]
-        positions = torch.arange(L, device=mask.device)
-        bias = self.table(self.bucket(positions[:, None] - positions[None, :])).permute(2, 0, 1)  # (h, L, L)
-        return bias.masked_fill(~mask, float("-inf"))
-
-    @staticmethod
-    def bucket(distance: torch.Tensor, half: int = 16, exact: int = 8, far: int = 128) -> torch.Tensor:
-        """distance = query position - key position (L, L) -> bucket ids in 0..2 * half - 1."""
-        n = distance.abs()
-        logarithmic = exact + (torch.log(n.clamp(min=exact).float() / exact) / math.log(far / exact)
-                               * (half - exact)).long()  # 8..15 for distances 8..127
-        return (distance < 0).long() * half + torch.where(n < exact, n, logarithmic.clamp(max=half - 1))
-
-
-class Rotary(nn.Module):
-    """ModernBERT's positions (rotary, RoFormer arXiv:2104.09864 §3.4; ModernBERT §2.1.1): no position vector
-    is added to the input; instead the query and key of the token at position t are turned, each pair of features
-    (i, i + dh/2) by the angle t * theta^(-2i/dh). A query-key product then depends on their distance only.
-    Global layers use a base theta of 160,000, local layers 10,000."""
-
-    def __init__(self, cfg: BertConfig, local: bool = False):
-        super().__init__()
-        self.theta = cfg.local_rope_theta if local else cfg.global_rope_theta
-        self.head_dim = cfg.hidden_size // cfg.num_attention_heads
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (B, h, L, dh), the query or key of the token at each position 0..L-1 -> x turned, same shape."""
-        dh = self.head_dim
-        frequencies = 1.0 / (self.theta ** (torch.arange(0, dh, 2, dtype=torch.float, device=x.device) / dh))
-        angles = torch.arange(x.shape[-2], device=x.device).float()[:, None] * frequencies  # (L, dh/2)
-        cos, sin = angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)  # (L, dh): feature i and i + dh/2 alike
-        first, second = x.float().chunk(2, dim=-1)
-        return (x.float() * cos + torch.cat((-second, first), dim=-1) * sin).to(x.dtype)
-
-
 # ----------------------------------------------------------------------------
 # 4. Feed-forward and the encoder
 
 
 class FeedForward(nn.Module):
     """d -> 4d -> d with BERT's exact (erf) GELU. ModernBERT's GeGLU (gated_ffn; Shazeer, arXiv:2002.05202):
-    `up` makes twice the inner size, and its second half gates the first: down(GELU(x W_1) * (x W_2))."""
+    `up` makes twice the inner size, and its second half gates the first: down(GELU(x W_1) * (x W_2)); its config
+    may name GELU's tanh approximation instead (hidden_act "gelu_pytorch_tanh")."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.gated = cfg.gated_ffn
+        self.approximate = "tanh" if cfg.hidden_act == "gelu_pytorch_tanh" else "none"  # "none": the erf form
         self.up = nn.Linear(cfg.hidden_size, cfg.intermediate_size * (2 if self.gated else 1), bias=cfg.bias)
         self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
             inner, gate = self.up(x).chunk(2, dim=-1)
-            return self.down(F.gelu(inner) * gate)
-        return self.down(F.gelu(self.up(x)))  # F.gelu's default is the exact erf form
+            return self.down(F.gelu(inner, approximate=self.approximate) * gate)
+        return self.down(F.gelu(self.up(x), approximate=self.approximate))
 
 
 class EncoderLayer(nn.Module):
-    """Post-LayerNorm residual blocks: x = LN(x + Attn(x)); x = LN(x + FFN(x)).
-    ModernBERT's are pre-LayerNorm (norm_first): x = x + Attn(LN(x)); x = x + FFN(LN(x)); its first layer has no
-    LayerNorm before attention (the embeddings' output is already normalised)."""
+    """Post-LayerNorm residual blocks: x = LN(x + Attn(x)); x = LN(x + FFN(x)). (ModernBERT's pre-LayerNorm
+    blocks: PreNormEncoderLayer, section 8.)"""
 
     def __init__(self, cfg: BertConfig, attention_class: type[MultiHeadAttention] = MultiHeadAttention, layer: int = 0):
         super().__init__()
         self.attn = attention_class(cfg, layer)
         self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.bias)
-        if cfg.norm_first and layer == 0:
-            self.attn_norm = nn.Identity()
         self.ffn = FeedForward(cfg)
         self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.attn_dropout = self.dropout if cfg.attention_output_dropout else nn.Identity()
-        self.norm_first = cfg.norm_first
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x (B, L, d). Only self.attn looks across positions; the rest acts on each position alone."""
-        if self.norm_first:
-            x = x + self.attn_dropout(self.attn(self.attn_norm(x), mask))  # (B, L, d)
-            return x + self.dropout(self.ffn(self.ffn_norm(x)))  # (B, L, d)
         x = self.attn_norm(x + self.attn_dropout(self.attn(x, mask)))  # (B, L, d)
         return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
 
@@ -300,7 +250,7 @@ class EncoderLayer(nn.Module):
 class Bert(nn.Module):
     """The BERT encoder: embed the tokens, then run N layers. `mlm_head` exists only when the checkpoint has one.
     A subclass may name other classes for two pieces (speedups/fast.py's PackedBert does): the layers' attention,
-    and the word lookup. MPNet adds `relative_bias` (to every layer's scores), ModernBERT `final_norm`."""
+    and the word lookup. MPNet adds `relative_bias` (to every layer's scores), ModernBERT `final_norm` (section 8)."""
 
     attention_class: type[MultiHeadAttention] = MultiHeadAttention
     lookup_class: type[nn.Embedding] = nn.Embedding
@@ -309,7 +259,8 @@ class Bert(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embeddings = Embeddings(cfg, self.lookup_class)
-        self.layers = nn.ModuleList([EncoderLayer(cfg, self.attention_class, i) for i in range(cfg.num_hidden_layers)])
+        layer_class = PreNormEncoderLayer if cfg.norm_first else EncoderLayer  # ModernBERT's: section 8
+        self.layers = nn.ModuleList([layer_class(cfg, self.attention_class, i) for i in range(cfg.num_hidden_layers)])
         self.relative_bias = RelativePositionBias(cfg) if cfg.relative_attention_num_buckets else None
         self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.bias) if cfg.norm_first else None
         self.mlm_head = MLMHead(cfg) if with_mlm_head else None
@@ -512,3 +463,75 @@ class SentenceEncoder(nn.Module):
             weights.write_sentence_transformers(tmp, self.pooling, self.max_length, cfg.hidden_size, self.source)
             if card is not None:
                 write_model_card(tmp, card)
+
+
+# ----------------------------------------------------------------------------
+# 8. A later read: what the other families add (MPNet, ModernBERT)
+#
+# BERT's ideas end above. Two of the families model.py loads (lib/weights.py's ARCHITECTURES) see positions
+# differently, and one puts its LayerNorms elsewhere; each piece below is chosen by a BertConfig field when
+# the model is built, and the classes above only ask whether it is there.
+
+
+class PreNormEncoderLayer(EncoderLayer):
+    """ModernBERT's pre-LayerNorm blocks (norm_first; arXiv:2412.13663 §2.1.1): x = x + Attn(LN(x));
+    x = x + FFN(LN(x)); its first layer has no LayerNorm before attention (the embeddings' output is already
+    normalised), and Bert.finish adds one after the last layer. The same parameters as EncoderLayer."""
+
+    def __init__(self, cfg: BertConfig, attention_class: type[MultiHeadAttention] = MultiHeadAttention, layer: int = 0):
+        super().__init__(cfg, attention_class, layer)
+        if layer == 0:
+            self.attn_norm = nn.Identity()
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn_dropout(self.attn(self.attn_norm(x), mask))  # (B, L, d)
+        return x + self.dropout(self.ffn(self.ffn_norm(x)))  # (B, L, d)
+
+
+class RelativePositionBias(nn.Module):
+    """MPNet's relative positions (arXiv:2004.09297, pre-training setup; T5's, arXiv:1910.10683 §2.1): a learned
+    number per head for the distance between a query and a key, added to the attention scores of every layer (one
+    table for all of them), beside the absolute position vectors. Distances go into 32 buckets: 16 for keys before
+    the query, 16 after; within each, distances 0..7 get a bucket each, and 8..127 share 8 buckets on a log scale
+    (the last one for 128 and beyond)."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.table = nn.Embedding(cfg.relative_attention_num_buckets, cfg.num_attention_heads)  # (32, h)
+
+    def forward(self, mask: torch.Tensor) -> torch.Tensor:
+        """mask: bool, broadcastable to (B, h, L, L) (padding or causal), True = may attend -> the float mask
+        (B, h, L, L) or (h, L, L): the bias where a query may attend, -inf elsewhere."""
+        L = mask.shape[-1]
+        positions = torch.arange(L, device=mask.device)
+        bias = self.table(self.bucket(positions[:, None] - positions[None, :])).permute(2, 0, 1)  # (h, L, L)
+        return bias.masked_fill(~mask, float("-inf"))
+
+    @staticmethod
+    def bucket(distance: torch.Tensor, half: int = 16, exact: int = 8, far: int = 128) -> torch.Tensor:
+        """distance = query position - key position (L, L) -> bucket ids in 0..2 * half - 1."""
+        n = distance.abs()
+        logarithmic = exact + (torch.log(n.clamp(min=exact).float() / exact) / math.log(far / exact)
+                               * (half - exact)).long()  # 8..15 for distances 8..127
+        return (distance < 0).long() * half + torch.where(n < exact, n, logarithmic.clamp(max=half - 1))
+
+
+class Rotary(nn.Module):
+    """ModernBERT's positions (rotary, RoFormer arXiv:2104.09864 §3.4; ModernBERT §2.1.1): no position vector
+    is added to the input; instead the query and key of the token at position t are turned, each pair of features
+    (i, i + dh/2) by the angle t * theta^(-2i/dh). A query-key product then depends on their distance only.
+    Global layers use a base theta of 160,000, local layers 10,000."""
+
+    def __init__(self, cfg: BertConfig, local: bool = False):
+        super().__init__()
+        self.theta = cfg.local_rope_theta if local else cfg.global_rope_theta
+        self.head_dim = cfg.hidden_size // cfg.num_attention_heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (B, h, L, dh), the query or key of the token at each position 0..L-1 -> x turned, same shape."""
+        dh = self.head_dim
+        frequencies = 1.0 / (self.theta ** (torch.arange(0, dh, 2, dtype=torch.float, device=x.device) / dh))
+        angles = torch.arange(x.shape[-2], device=x.device).float()[:, None] * frequencies  # (L, dh/2)
+        cos, sin = angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)  # (L, dh): feature i and i + dh/2 alike
+        first, second = x.float().chunk(2, dim=-1)
+        return (x.float() * cos + torch.cat((-second, first), dim=-1) * sin).to(x.dtype)

@@ -2,7 +2,7 @@
 hand `train` an `objective`, a module whose forward(batch) returns the loss of the batch.
 
   TrainSettings               every setting of one run
-  make_optimizer, lr_factor   AdamW (no decay on biases and LayerNorm weights), warm-up and decay, or a
+  make_optimizer, lr_factor   AdamW (no decay where sentence-transformers' fit has none), warm-up and decay, or a
                               method's own (TrainSettings.optimizer_fn, lr_factor_fn: linear_schedule_with_warmup,
                               transformers' schedule)
   train                       the loop: forward, backward (in micro_batches), clip, optimiser step
@@ -30,7 +30,8 @@ from lib.card import ModelCard
 from lib.errors import TrainingStopped
 from lib.run import Progress, RunFolder, RunState, StopOnSignal, epochs
 from lib.selection import ModelSelection
-from model import SentenceEncoder
+from lib.weights import hf_name
+from model import Bert, SentenceEncoder
 
 
 @dataclass
@@ -41,6 +42,7 @@ class TrainSettings:
     weight_decay: float = 0.0
     adam_eps: float = 1e-8
     warmup_ratio: float = 0.0  # fraction of steps with a linear warm-up
+    decay_steps: int | None = None  # linear_schedule_with_warmup reaches 0 here (None: at `steps`; fit's epochs)
     schedule: str = "constant"  # after warm-up: "constant" or "linear" decay to 0
     grad_clip: float | None = 1.0
     micro_batch: int = 0  # forward and backward each batch in parts of this many rows (micro_batches; 0: whole)
@@ -61,12 +63,35 @@ class TrainSettings:
     save_with_model: Callable[[Path], None] | None = None  # writes the method's own files beside model/ (into OUT)
 
 
+# sentence-transformers' fit (6.2's, as 0.3's that the official ConSERT code ran): no weight decay on a parameter whose
+# name contains any of these, as transformers names it. So MPNet's relative_attention_bias is not decayed (a "bias"),
+# and ModernBERT's and DistilBERT's norm weights are (attn_norm, sa_layer_norm: no "LayerNorm" in the name).
+NO_DECAY = ("bias", "LayerNorm.bias", "LayerNorm.weight")
+
+
+def fit_names(objective: nn.Module) -> dict[nn.Parameter, str]:
+    """Each parameter (a tied one once) under the name fit's rule reads: inside an encoder (a model.Bert) the
+    family's transformers name (weights.hf_name); elsewhere ours, a LayerNorm's as `LayerNorm` (TSDAE's
+    cross-attention norm: transformers' BERT decoders name it crossattention.output.LayerNorm)."""
+    names: dict[nn.Parameter, str] = {}
+    for bert in (m for m in objective.modules() if isinstance(m, Bert)):
+        for name, p in bert.named_parameters():
+            names.setdefault(p, hf_name(name, bert.cfg.model_type))
+    for module_name, module in objective.named_modules():
+        if isinstance(module, nn.LayerNorm):
+            for name, p in module.named_parameters(recurse=False):
+                names.setdefault(p, f"{module_name}.LayerNorm.{name}")
+    for name, p in objective.named_parameters():
+        names.setdefault(p, name)
+    return {p: names[p] for p in objective.parameters()}  # parameters() lists a shared (tied) Parameter once
+
+
 def make_optimizer(objective: nn.Module, settings: TrainSettings, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW (or settings.optimizer_fn's optimiser); no weight decay on biases and LayerNorm weights (BERT's
-    recipe). Tied weights appear once."""
+    """AdamW (or settings.optimizer_fn's optimiser); no weight decay where sentence-transformers' fit has none
+    (NO_DECAY). Tied weights appear once."""
     decay, no_decay = [], []
-    for p in objective.parameters():  # parameters() lists a shared (tied) Parameter once
-        (no_decay if p.ndim < 2 else decay).append(p)
+    for p, name in fit_names(objective).items():
+        (no_decay if any(part in name for part in NO_DECAY) else decay).append(p)
     groups = [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if settings.optimizer_fn is not None:
         return settings.optimizer_fn(groups, lr=settings.lr, eps=settings.adam_eps)
@@ -77,12 +102,13 @@ def make_optimizer(objective: nn.Module, settings: TrainSettings, device: torch.
 def linear_schedule_with_warmup(step: int, settings: TrainSettings) -> float:
     """transformers' get_linear_schedule_with_warmup, which sentence-transformers' fit and the official ConSERT code
     run (a TrainSettings.lr_factor_fn): a linear warm-up over ceil(steps * warmup_ratio) steps that starts at
-    step / warmup = 0, so its first step changes nothing, then linear decay to 0 (settings.schedule is not read).
-    lr_factor's own warm-up ends at (step + 1) / warmup = 1 instead."""
+    step / warmup = 0, so its first step changes nothing, then linear decay to 0 (settings.schedule is not read) at
+    settings.decay_steps, else at the last step. lr_factor's own warm-up ends at (step + 1) / warmup = 1 instead."""
     warmup = math.ceil(settings.steps * settings.warmup_ratio)
     if step < warmup:
         return step / warmup
-    return max(0.0, (settings.steps - step) / max(1, settings.steps - warmup))
+    total = settings.decay_steps or settings.steps
+    return max(0.0, (total - step) / max(1, total - warmup))
 
 
 def lr_factor(step: int, settings: TrainSettings) -> float:

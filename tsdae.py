@@ -189,7 +189,7 @@ class DecoderLayer(nn.Module):
 
 
 class PreNormDecoderLayer(DecoderLayer):
-    """DecoderLayer for pre-LayerNorm encoders (ModernBERT's, model.EncoderLayer with norm_first): each block
+    """DecoderLayer for pre-LayerNorm encoders (ModernBERT's, model.PreNormEncoderLayer): each block
     reads LN(x) and adds its output to x, the cross-attention's too."""
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, causal: torch.Tensor) -> torch.Tensor:

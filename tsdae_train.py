@@ -2,8 +2,8 @@
 (`python tsdae.py` and `python tsdae_train.py` run it).
 
   make_parser, parse_args   every flag, with the paper's defaults (app. A, B)
-  main                      the run: lib/experiment.py's steps and the ones below, then train.train
-  build_objective           the encoder and TSDAELoss (speedups/fast.py's pieces unless --plain; a lab's when asked)
+  main                      the run: experiment.py's steps and the ones below, then train.train
+  build_objective           the encoder and TSDAELoss (speedups/fast.py's pieces unless --plain or a lab's objective)
   pair_loader               (damaged, original) pairs in the reference's plain shuffled batches (--bucketing: by length)
   held_out_pairs            --heldout N: the lines kept out of training, damaged once (a dev signal without labels)
   decoder_saver             the decoder, saved beside model/
@@ -17,11 +17,10 @@ from typing import Callable, Sequence
 import torch
 
 import data
+import experiment
 import train
 import tsdae
-from labs.noise_once import NoiseOnceDataset
-from labs.token_memory import TokenMemoryTSDAELoss
-from lib import cli, distributed, experiment
+from lib import cli, distributed
 from lib.corpus import open_corpus
 from lib.errors import UsageError
 from lib.weights import default_model_path
@@ -29,8 +28,10 @@ from model import Bert, SentenceEncoder
 from speedups import fast
 
 
-def main(argv: list[str] | None = None) -> int:
-    """A TSDAE run: the corpus, the denoising pairs and TSDAELoss (tsdae.py), then the shared loop."""
+def main(argv: list[str] | None = None, objective_class: type[tsdae.TSDAELoss] = tsdae.TSDAELoss,
+         dataset_class: type[tsdae.DenoisingDataset] = tsdae.DenoisingDataset) -> int:
+    """A TSDAE run: the corpus, the denoising pairs and TSDAELoss (tsdae.py), then the shared loop. A lab's entry point
+    (labs/, LABS.md) runs it with its subclass of the objective or of the pairs, each overriding one named piece."""
     args = parse_args(argv)
     sentences = open_corpus(args.corpus, args.bad_lines)  # where each line is; its text stays on disk
     device = experiment.check_run(args)  # bad input stops the run before a model is loaded or a file written
@@ -41,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError("--micro-batch is not written for TSDAE under torchrun yet; more processes make each "
                          "one's share of the batch smaller instead")
     torch.manual_seed(args.seed)
-    objective = build_objective(args)
-    loader = pair_loader(sentences, objective.encoder, args, device)
+    objective = build_objective(args, objective_class)
+    loader = pair_loader(sentences, objective.encoder, args, device, dataset_class)
     heldout = experiment.held_out_signals(objective, held_out_pairs(kept_out, objective.encoder, args),
                                           tsdae.collate_pairs, kept_out, args, device)
     run = experiment.settings(args, loader, card, heldout, steps=args.steps, epochs=args.epochs, lr=args.lr,
@@ -53,38 +54,36 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def build_objective(args: argparse.Namespace) -> tsdae.TSDAELoss:
-    """TSDAELoss on the encoder of --model, the decoder tied to it; under torchrun its loss is the mean over every
-    process's tokens. Built from speedups/fast.py's subclasses (the encoder a PackedBert, its word lookup a
-    SparseGradLookup when tied, the decoder a PackedDecoder: the plain parameters under their names, the same
-    numbers) unless --plain or a lab that reads token states."""
-    quick, tie = not args.plain and args.decoder_memory == "vector", not args.untie
+def build_objective(args: argparse.Namespace,
+                    objective_class: type[tsdae.TSDAELoss] = tsdae.TSDAELoss) -> tsdae.TSDAELoss:
+    """TSDAELoss (or a lab's `objective_class`) on the encoder of --model, the decoder tied to it; under torchrun
+    its loss is the mean over every process's tokens. Built from speedups/fast.py's subclasses (the encoder a
+    PackedBert, its word lookup a SparseGradLookup when tied, the decoder a PackedDecoder: the plain parameters under
+    their names, the same numbers) unless --plain or a lab's objective (fast.py replaces pieces of TSDAELoss's own)."""
+    quick, tie = not args.plain and objective_class is tsdae.TSDAELoss, not args.untie
     bert_class = (fast.SparseLookupPackedBert if tie else fast.PackedBert) if quick else Bert
     # with its masked-LM head, if the checkpoint has one: the decoder's head starts from it (TSDAEDecoder)
     encoder = experiment.load_encoder(args.model, pooling=args.pooling, max_length=args.max_length, mlm_head=True,
                                       bert_class=bert_class)
-    settings = dict(tie=tie, normalisation=args.loss_normalisation, global_mean=distributed.global_mean)
-    if args.decoder_memory == "tokens":  # LABS.md, lab 5
-        return TokenMemoryTSDAELoss(encoder, **settings)
-    return tsdae.TSDAELoss(encoder, decoder_class=fast.PackedDecoder if quick else tsdae.TSDAEDecoder, **settings)
+    return objective_class(encoder, decoder_class=fast.PackedDecoder if quick else tsdae.TSDAEDecoder, tie=tie,
+                           normalisation=args.loss_normalisation, global_mean=distributed.global_mean)
 
 
-def pair_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argparse.Namespace,
-                device: torch.device) -> torch.utils.data.DataLoader:
+def pair_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
+                dataset_class: type[tsdae.DenoisingDataset] = tsdae.DenoisingDataset) -> torch.utils.data.DataLoader:
     """(damaged, original) pairs, damaged as the flags say, in plain shuffled batches, as the reference's
     DataLoader(shuffle=True) gives them. With --bucketing, batches of similar original length: less work on padding,
     but the loss is a mean over the batch's tokens, so in a bucketed batch each sentence weighs about 1/B whatever
     its length. Only bucketing tokenises the whole corpus first (its lengths)."""
-    pairs = NoiseOnceDataset if args.noise_once else tsdae.DenoisingDataset  # LABS.md, lab 2
-    dataset = pairs(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise, ratio=args.noise_ratio,
+    dataset = dataset_class(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise, ratio=args.noise_ratio,
                     seed=args.seed)
     lengths = data.token_lengths(encoder.tokenizer, sentences, encoder.max_length) if args.bucketing else None
     return experiment.loader(dataset, tsdae.collate_pairs, encoder, args, device, lengths)
 
 
 def held_out_pairs(kept_out: list[str], encoder: SentenceEncoder, args: argparse.Namespace) -> tsdae.DenoisingDataset:
-    """--heldout N: the kept-out lines, damaged once (as epoch 0 damages them, also with --noise-once: two runs that
-    differ in how training is damaged score the same damaged lines)."""
+    """--heldout N: the kept-out lines, damaged once (as epoch 0 damages them, also in labs/noise_once.py: two runs
+    that differ in how training is damaged score the same damaged lines)."""
     return tsdae.DenoisingDataset(kept_out, encoder.tokenizer, encoder.max_length, noise=args.noise,
                                   ratio=args.noise_ratio, seed=args.seed)
 
@@ -103,7 +102,7 @@ def make_parser() -> cli.ArgumentParser:
                                        "sentences, one per line.")
     p.add_argument("--corpus", required=True, help="UTF-8 text file, one sentence per line")
     p.add_argument("--model", default=None,
-                   help="a BERT, RoBERTa, XLM-R, DistilBERT or ELECTRA checkpoint: a local folder or a Hub id such as "
+                   help=f"a {cli.checkpoint_families()} checkpoint: a local folder or a Hub id such as "
                         "bert-base-uncased (default: the shipped all-MiniLM-L6-v2)")
     cli.add_length_arguments(p, passes_over="the corpus", paper="100000")
     p.add_argument("--batch-size", type=int, default=8,
@@ -113,12 +112,7 @@ def make_parser() -> cli.ArgumentParser:
     p.add_argument("--pooling", default="cls", choices=["cls", "mean", "max"], help="sentence vector (app. A, tab. 7)")
     p.add_argument("--noise", default="delete", choices=sorted(tsdae.NOISE), help="noise type (app. A, tab. 5)")
     p.add_argument("--noise-ratio", type=float, default=0.6, help="probability a word is affected (app. A, tab. 6)")
-    p.add_argument("--noise-once", action="store_true",
-                   help="damage each sentence once: every epoch sees the same damaged version (LABS.md, lab 2)")
     p.add_argument("--untie", action="store_true", help="separate decoder weights (initialised from the same checkpoint)")
-    p.add_argument("--decoder-memory", default="vector", choices=["vector", "tokens"],
-                   help="what the decoder's cross-attention reads: the sentence vector (§3.2), or every token state "
-                        "of the damaged sentence, no bottleneck (LABS.md, lab 5; runs the plain path)")
     p.add_argument("--bucketing", action="store_true",
                    help="batches of similar length (less padding) instead of the reference's plain shuffled batches; "
                         "changes each sentence's weight in the token mean")

@@ -12,7 +12,7 @@ Read top to bottom:
   1. the masking (§3.1, app. A.1)    mask_tokens: choose 15% of the tokens; 80% [MASK], 10% random, 10% unchanged
   2. the training items              MaskedDataset: each sentence's masks drawn from a generator of (seed, epoch, i)
   3. the loss (§3.1)                 MLMLoss: cross-entropy at the masked positions, the checkpoint's MLM head
-  4. the command                     make_parser, parse_args, main: lib/experiment.py's steps, then train.train
+  4. the command                     make_parser, parse_args, main: experiment.py's steps, then train.train
 
     python baselines/mlm.py --corpus FILE --model DIR --steps N --out runs/mlm
     python baselines/mlm.py --corpus FILE --model DIR --random-init ...   # pre-train from scratch (docs/standin.md)
@@ -39,8 +39,9 @@ import torch.nn.functional as F  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
 import data  # noqa: E402
+import experiment  # noqa: E402
 import train  # noqa: E402
-from lib import cli, distributed, experiment, weights  # noqa: E402
+from lib import cli, distributed, weights  # noqa: E402
 from lib.corpus import open_corpus  # noqa: E402
 from lib.errors import UsageError  # noqa: E402
 from model import Bert, BertConfig, MLMHead, SentenceEncoder  # noqa: E402
@@ -256,7 +257,7 @@ def make_parser() -> cli.ArgumentParser:
                                        "with (arXiv:2104.06979 §6).")
     p.add_argument("--corpus", required=True, help="UTF-8 text file, one sentence per line")
     p.add_argument("--model", default=None,
-                   help="a BERT, RoBERTa, XLM-R, DistilBERT or ELECTRA checkpoint: a local folder or a Hub id; its "
+                   help=f"a {cli.checkpoint_families()} checkpoint: a local folder or a Hub id; its "
                         "masked-LM head is used when it has one, else a new head is trained (default: the shipped "
                         "all-MiniLM-L6-v2, which has none)")
     p.add_argument("--random-init", action="store_true",
@@ -282,7 +283,7 @@ def make_parser() -> cli.ArgumentParser:
                         "batch's masked tokens, in the memory of N sentences: the same loss and gradient to 1e-5 "
                         "without dropout; with dropout each part draws its own")
     cli.add_run_arguments(p, out="runs/mlm", inputs="corpus lines")
-    # no model selection here: the selection flags' values when none is given (lib/experiment.py reads them)
+    # no model selection here: the selection flags' values when none is given (experiment.py reads them)
     p.set_defaults(eval_task=None, eval_data=None, heldout=0, eval_every=0, log_alignment=False)
     return p
 

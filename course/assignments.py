@@ -3,31 +3,33 @@
     python course/assignments.py list                           # the exercises, their functions and tests
     python course/assignments.py make-student OUT               # a copy of this repository with every exercise blanked
     python course/assignments.py make-student OUT --only 3 8    # ... with exercises 3 and 8 blanked only
-    python course/assignments.py grade 3                        # run exercise 3's tests here (or: --repo OUT)
-    python course/assignments.py grade 1 2 3 -x                 # several; other arguments go to pytest
-    python course/assignments.py grade 1 2 3 --student OUT      # a student's copy, with the held-back tests too
+    python course/assignments.py grade 3                        # judge exercise 3 here (or: --repo OUT)
+    python course/assignments.py grade 1 2 3                    # several
+    python course/assignments.py grade 1 2 3 --student OUT      # a student's copy, with the held-back cases too
     python course/assignments.py grade 3 --json results.json    # also write Gradescope's results.json
+    python course/assignments.py grade 3 --tests -x             # exercise 3's pytest tests (a check, no grade)
     python course/assignments.py make-autograder autograder.zip # Gradescope's autograder, to upload as it is
 
 An exercise is a function (or method) of the plain reading path marked, above its `def` (blank lines between), with a
 comment `# Exercise N (ASSIGNMENTS.md)`. The student copy keeps its signature and docstring and replaces the
-rest of its body with `raise NotImplementedError`. Grading runs the exercise's tests (TESTS below) with pytest;
-tests/test_assignments.py checks that each one fails on the student copy and passes on this solution.
+rest of its body with `raise NotImplementedError`; product code that restates an exercise (TWINS) is blanked too.
 
-Held-back tests (HELD_BACK below) are the cases a student does not see: make-student leaves those test functions
-out of the copy (--with-held-back keeps them) and empties HELD_BACK in the copy's assignments.py. `grade --student
-DIR` runs them: it copies this repository (the files git tracks) to a temporary folder with every exercise blanked
-(no reference body in the student's code's reach), puts into it the student's marked functions of the graded
-exercises and nothing else of theirs (spliced), and runs TESTS and HELD_BACK there; the exercises not graded get the
-stand-ins of tests/stand_ins.py (tests/conftest.py), so each exercise is graded alone. A held-back entry names a
-whole test function (no [parametrisation]): the copy loses all its cases and grading runs all of them. Each test
-may run TEST_TIMEOUT seconds (tests/conftest.py): a function that never returns fails.
+Grading is the judge's (course/judge.py): each exercise's cases run the student's function in a worker process of
+their own (course/worker.py, course/probes.py), which hands back only the function's outputs (JSON and safetensors,
+course/channel.py); the judge, in this process, generated the inputs, holds what it expects, compares, and writes
+results.json. Held-back cases (course/held_back.py) stay with the judge: the student copy leaves that file out, and
+their inputs reach a worker as data only. `grade --student DIR` copies this repository without the judge's files to a
+temporary folder with every exercise blanked, puts into it the student's marked functions of the graded exercises
+and nothing else of theirs (spliced), and judges them there, held-back cases included; with --as-user (run_autograder
+as root) the workers run as that user. Every case calls one exercise's function only: each exercise is graded alone.
 
-`grade` reads what happened to each test from course/report.py's lines (passed, failed, timed out, did not run,
-crashed the grader), prints it with each message whole, and exits 0 only when every graded test passed. `--json
-FILE` scores each exercise 1 when every one of its tests passed and 0 otherwise, in Gradescope's layout
-{"score", "tests": [{"name", "score", "max_score", "visibility", "output"}]}: the output names each public test that
+`--json FILE` scores each exercise 1 when every one of its cases passed and 0 otherwise, in Gradescope's layout
+{"score", "tests": [{"name", "score", "max_score", "visibility", "output"}]}: the output names each public case that
 did not pass with its outcome and message, and each held-back one by its outcome and what it checks.
+
+The pytest tests of TESTS and HELD_BACK stay the repository's own tests of the reference (tests/test_assignments.py
+checks that they pass on it); `grade N --tests` runs an exercise's public ones (a student's own check, no grade: they
+run in the same process as the code they test); make-student leaves HELD_BACK's test functions out of the copy.
 """
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: this file is course/assignments.py
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as a script: `course` (the judge) importable
 MARKER = re.compile(r"^\s*# Exercise (\d+) \(ASSIGNMENTS\.md\)\s*$")
 # the files exercises live in
 SOURCES = ("model.py", "lib/weights.py", "data.py", "tsdae.py", "consert.py", "speedups/gradcache.py", "evaluate.py")
@@ -247,25 +251,80 @@ def repository_files(root: Path = ROOT) -> list[str]:
             if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(".pyc")]
 
 
+# Product code that restates an exercise (a twin): the student copy and the zip blank these too, with a message
+# naming the exercise. {file: [(Class.function or function, exercise)]}
+TWINS = {
+    "tsdae.py": [("PreNormDecoderLayer.forward", 4)],
+    "labs/masked_cutoff.py": [("masked_token_cutoff", 6)],
+    "lib/useb.py": [("trec_eval_ap", 9)],
+}
+# The grader's own files: never in the student copy (the judge's held-back cases, the grader's tests and the
+# stand-ins some of them need, the pytest tests' held-back list stays emptied in assignments.py).
+GRADERS_FILES = ("course/held_back.py", "tests/test_assignments.py", "tests/stand_ins.py")
+NO_STAND_INS = ('"""No stand-ins in a student copy: grading (course/judge.py) never calls another exercise\'s '
+                'function,\nand the stand-ins stay with the teacher."""\nSTAND_INS: dict = {}\n')
+
+
+def without_twins(source: str, twins: list[tuple[str, int]]) -> str:
+    """The source with the body of each named function (function or Class.method) replaced by a raise that names
+    the exercise it restates (its signature and docstring kept)."""
+    lines = source.splitlines(keepends=True)
+    wanted = dict(twins)
+    cuts = []
+    for node in ast.parse(source).body:
+        inside = node.body if isinstance(node, ast.ClassDef) else [node]
+        for f in inside:
+            if not isinstance(f, ast.FunctionDef):
+                continue
+            name = f"{node.name}.{f.name}" if isinstance(node, ast.ClassDef) else f.name
+            if name in wanted:
+                body = f.body
+                first = body[1].lineno if ast.get_docstring(f) is not None and len(body) > 1 else body[0].lineno
+                cuts.append((first, f.end_lineno, " " * body[-1].col_offset, wanted.pop(name)))
+    if wanted:
+        raise ValueError(f"no such function to blank: {', '.join(wanted)}")
+    for first, last, indent, number in sorted(cuts, reverse=True):
+        message = f"blanked in the student copy: it restates exercise {number}"
+        lines[first - 1 : last] = [f"{indent}raise NotImplementedError({message!r})\n"]
+    return "".join(lines)
+
+
 def copy_repository(out: Path, blanked: bool = False) -> None:
     """The repository's files (repository_files) into `out`; blanked: with every exercise's body replaced by
-    `raise NotImplementedError` (the grader's copies: no reference body of an exercise within the student's code's
-    reach; the tests give the exercises not graded a stand-in, tests/stand_ins.py)."""
+    `raise NotImplementedError` and every twin (TWINS) blanked (the zip's copy: no reference body of an exercise)."""
     for name in repository_files():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, out / name)
     if blanked:
         for name in SOURCES:
             (out / name).write_text(blank((ROOT / name).read_text(encoding="utf-8"), set(TESTS)), encoding="utf-8")
+        blank_twins(out)
+
+
+def blank_twins(out: Path) -> None:
+    for name, twins in TWINS.items():
+        if (out / name).is_file():
+            (out / name).write_text(without_twins((out / name).read_text(encoding="utf-8"), twins), encoding="utf-8")
 
 
 def make_student(out: Path, numbers: set[int], with_held_back: bool = False) -> None:
+    """A copy of this repository to hand out: the exercises `numbers` blanked, every twin blanked (TWINS), the
+    grader's own files left out (GRADERS_FILES; tests/stand_ins.py emptied), the held-back pytest tests left out
+    unless with_held_back, and course/expected.frame: the reference's outputs of the judge's public cases, so that
+    the student's `grade N` judges without any reference code."""
+    from course import judge
+
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"error: {out} exists and is not empty")
     copy_repository(out)
     for name in SOURCES:
         path = out / name
         path.write_text(blank(path.read_text(encoding="utf-8"), numbers), encoding="utf-8")
+    blank_twins(out)
+    for name in GRADERS_FILES:
+        (out / name).unlink(missing_ok=True)
+    (out / "tests" / "stand_ins.py").write_text(NO_STAND_INS, encoding="utf-8")
+    judge.write_expected(out / judge.EXPECTED_FILE, judge.public_cases())
     if with_held_back:
         return
     by_file: dict[str, set[str]] = {}
@@ -400,13 +459,12 @@ def user_group(user: str) -> int:
         raise SystemExit(f"error: no user {user} on this machine") from None
 
 
-def grade(numbers: list[int], repo: Path = ROOT, extra: Sequence[str] = (), json_file: Path | None = None,
-          with_held_back: bool = False, env: dict[str, str] | None = None, user: str | None = None) -> int:
-    """Run the tests of the given exercises in `repo` (with HELD_BACK's too if asked), say what happened to each
-    test that did not pass, and write Gradescope's results.json to `json_file` if given. 0 when every test of
-    every exercise passed (a skipped test did not pass; a test process that died is no pass), else 1.
-    ASSIGNMENTS_GRADING tells tests/conftest.py which exercises are graded: the others get stand-ins when blank.
-    user: pytest runs as this user (grade --student --as-user), its report in a folder of its own."""
+def run_tests(numbers: list[int], repo: Path = ROOT, extra: Sequence[str] = (), json_file: Path | None = None,
+              with_held_back: bool = False, env: dict[str, str] | None = None, user: str | None = None) -> int:
+    """`grade --tests`: run the pytest tests of the given exercises in `repo` (a student's own check: the tests run in
+    the same process as the code they test, so this is no grade; grading is the judge's, course/judge.py), say what
+    happened to each test that did not pass, and write a results.json-like file if asked. 0 when every test passed.
+    ASSIGNMENTS_GRADING tells tests/conftest.py which exercises are graded: the others get stand-ins when blank."""
     check_markers(repo)
     tests = list(dict.fromkeys(test for number in numbers for test in tests_of(number, with_held_back)))
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
@@ -440,13 +498,64 @@ def grade(numbers: list[int], repo: Path = ROOT, extra: Sequence[str] = (), json
     return 0 if everything_passed else 1
 
 
-def grade_student(numbers: list[int], student: Path, extra: Sequence[str] = (), json_file: Path | None = None,
-                  user: str | None = None) -> int:
-    """Grade a student's exercises with every test, the held-back ones included: in a temporary copy of this
-    repository with every exercise blanked, into which only the student's marked functions of those exercises are
-    put (spliced). Nothing else of the student's files runs: not their other functions, not their module-level code,
-    not their tests. user: run the tests as this (unprivileged) user, the copy theirs to read and nothing else of
-    the grader's (run_autograder passes it when it runs as root)."""
+def case_line(result) -> str:
+    """One line for the student: a public case by what it checks, its outcome and message; a held-back case by what
+    it checks and its outcome only (never its inputs or its message)."""
+    if result.case.held_back:
+        return f"held-back case {result.outcome}: {result.case.name}"
+    return f"{result.case.name}: {result.outcome}" + (f": {result.message}" if result.message else "")
+
+
+def judged_entries(number: int, results: list) -> list[dict]:
+    """The exercise's entries of Gradescope's results.json: one worth 1 point when every case of the judge passed
+    (else 0), visible, whose output describes each case that did not (case_line); then one entry of 0 points per
+    held-back case, visible once the grades are published ("after_published")."""
+    from course.judge import PASSED as CASE_PASSED
+
+    functions = [name for n, _, name in marked_functions() if n == number]
+    failures = [case_line(r) for r in results if r.outcome != CASE_PASSED]
+    entries = [{"name": f"Exercise {number}: {', '.join(functions)}", "score": 0.0 if failures or not results else 1.0,
+                "max_score": 1.0, "visibility": "visible",
+                "output": "\n".join(failures) if failures else f"all {len(results)} cases passed"}]
+    entries += [{"name": f"Exercise {number}, held back: {r.case.name}", "score": 0.0, "max_score": 0.0,
+                 "visibility": "after_published", "output": r.outcome} for r in results if r.case.held_back]
+    return entries
+
+
+def grade(numbers: list[int], repo: Path = ROOT, json_file: Path | None = None, with_held_back: bool = False,
+          user: str | None = None, timeout: float | None = None) -> int:
+    """Judge the given exercises (course/judge.py): each one's cases run in a worker of its own in `repo` (as `user`
+    when given), and are decided here. Print each exercise's count of cases passed and each other case's outcome and
+    message; write Gradescope's results.json to `json_file` if given. 0 when every case of every exercise passed."""
+    from course import judge
+
+    check_markers(repo)
+    verdicts = judge.judge(numbers, repo, with_held_back, user, timeout=timeout or judge.WORKER_TIMEOUT)
+    if json_file:
+        entries = [entry for number in numbers for entry in judged_entries(number, verdicts[number])]
+        json_file.write_text(json.dumps({"score": sum(e["score"] for e in entries), "tests": entries}, indent=2)
+                             + "\n", encoding="utf-8")
+    print()
+    for number in numbers:
+        results = verdicts[number]
+        passed = sum(r.outcome == judge.PASSED for r in results)
+        print(f"Exercise {number}: {passed} of {len(results)} cases passed")
+        for result in results:
+            if result.outcome != judge.PASSED:
+                print("  " + case_line(result))
+    everything = all(r.outcome == judge.PASSED for results in verdicts.values() for r in results)
+    return 0 if everything and all(verdicts.values()) else 1
+
+
+def grade_student(numbers: list[int], student: Path, json_file: Path | None = None, user: str | None = None,
+                  timeout: float | None = None) -> int:
+    """Grade a student's exercises with every case, the held-back ones included: the judge runs each exercise's cases
+    in a worker in a temporary copy of this repository without the judge's own files (judge.worker_copy: no tests,
+    no held-back case, no expected value), every exercise blanked, into which only the student's marked functions of
+    those exercises are put (spliced). Nothing else of the student's files runs. user: the workers run as this
+    (unprivileged) user, the copy readable and not writable by it (run_autograder passes it when it runs as root)."""
+    from course import judge
+
     if not student.is_dir():
         raise SystemExit(f"error: {student} is not a folder")
     inner = [folder for folder in student.iterdir() if (folder / "tsdae.py").is_file()]
@@ -454,16 +563,18 @@ def grade_student(numbers: list[int], student: Path, extra: Sequence[str] = (), 
         student = inner[0]  # an upload whose files sit in one folder of their own
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         copy = Path(tmp) / "repo"
-        copy_repository(copy, blanked=True)
+        judge.worker_copy(copy, repository_files())
+        blank_twins(copy)
         for name in SOURCES:
-            reference, path = (copy / name).read_text(encoding="utf-8"), student / name
-            # a file the submission lacks: its exercises say so when their tests call them
+            reference = blank((ROOT / name).read_text(encoding="utf-8"), set(TESTS))
+            path = student / name
+            # a file the submission lacks: its exercises say so when their cases call them
             submitted = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else f"# no {name}\n"
             (copy / name).write_text(spliced(reference, submitted, set(numbers), name), encoding="utf-8")
-        if user is not None:  # theirs: the copy they are graded in, nothing else of the grader's
+        if user is not None:  # readable by the workers' user, writable by the judge alone
             for path in [Path(tmp), *Path(tmp).rglob("*")]:
-                shutil.chown(path, user, user_group(user))
-        return grade(numbers, copy, extra, json_file, with_held_back=True, user=user)
+                path.chmod(0o755 if path.is_dir() else 0o644)
+        return grade(numbers, copy, json_file, with_held_back=True, user=user, timeout=timeout)
 
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
@@ -478,8 +589,9 @@ results=${RESULTS:-/autograder/results}
 mkdir -p "$results"
 as_user=()
 if [ "$(id -u)" = 0 ]; then
-    # The student's code runs as a user of its own (as Autograder.io does it): the grader, this folder and the
-    # results are root's alone; the tests run in a copy that user owns.
+    # The student's code runs as a user of its own (as Autograder.io does it): the judge, this folder (its held-back
+    # cases and expected values) and the results are root's alone; the student's functions run in workers, in a
+    # copy that user may read and not change, and hand back only their outputs (course/judge.py).
     user=${AUTOGRADER_USER:-student}
     id -u "$user" >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin "$user"
     chmod -R go-rwx "$here" "$results"
@@ -504,11 +616,17 @@ chmod -R a+rX /autograder/data
 
 def make_autograder(out: Path, numbers: list[int]) -> None:
     """A zip for Gradescope's "Upload autograder": setup.sh, run_autograder and repo/, this repository as git tracks
-    it with every exercise blanked (copy_repository), held-back tests included. Each submission is graded with
-    `grade --student` (spliced: only the marked functions of the exercises run), as an unprivileged user."""
+    it with every exercise and twin blanked (copy_repository), without tests/ (the judge grades, not pytest), with
+    course/held_back.py and course/expected.frame (the reference's outputs of every case, held back included). Each
+    submission is graded with `grade --student`: the judge runs as root, the student's functions in workers as an
+    unprivileged user."""
+    from course import judge
+
     with tempfile.TemporaryDirectory(prefix="autograder-") as tmp:
         folder = Path(tmp)
         copy_repository(folder / "repo", blanked=True)
+        shutil.rmtree(folder / "repo" / "tests")
+        judge.write_expected(folder / "repo" / judge.EXPECTED_FILE, judge.all_cases(with_held_back=True))
         (folder / "run_autograder").write_text(RUN_AUTOGRADER.replace("EXERCISES", " ".join(map(str, numbers))))
         (folder / "setup.sh").write_text(SETUP)
         for script in ("run_autograder", "setup.sh"):
@@ -532,14 +650,18 @@ def make_parser() -> argparse.ArgumentParser:
     zip_ = sub.add_parser("make-autograder", help="write Gradescope's autograder zip (setup.sh, run_autograder, repo/)")
     zip_.add_argument("out", type=Path, help="the zip to write")
     zip_.add_argument("--only", type=int, nargs="+", choices=sorted(TESTS), help="grade these exercises only")
-    run = sub.add_parser("grade", help="run the tests of one or more exercises (other arguments go to pytest)")
+    run = sub.add_parser("grade", help="judge one or more exercises (course/judge.py)")
     run.add_argument("numbers", type=int, nargs="+", choices=sorted(TESTS), metavar="N")
     copy = run.add_mutually_exclusive_group()
     copy.add_argument("--repo", type=Path, default=ROOT, help="run the tests in this copy (default: this one)")
     copy.add_argument("--student", type=Path, help="grade this copy's exercise files with every test, held back too")
     run.add_argument("--json", type=Path, metavar="FILE", help="also write Gradescope's results.json to FILE")
-    run.add_argument("--as-user", metavar="USER", help="with --student, run as root: the tests run as this "
-                     "unprivileged user (run_autograder passes it)")
+    run.add_argument("--as-user", metavar="USER", help="with --student, run as root: the student's functions run as "
+                     "this unprivileged user (run_autograder passes it)")
+    run.add_argument("--tests", action="store_true", help="run the exercise's pytest tests instead (your own check: "
+                     "other arguments go to pytest; no grade)")
+    run.add_argument("--timeout", type=float, help="seconds each exercise's worker may run (default "
+                     "course/judge.py: WORKER_TIMEOUT)")
     return p
 
 
@@ -570,11 +692,17 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: {args.json.parent} is not a folder")
     if args.as_user and not args.student:
         p.error("--as-user goes with --student")
+    if pytest_args and not args.tests:
+        p.error(f"unrecognized arguments: {' '.join(pytest_args)} (pytest's arguments go with --tests)")
+    if args.tests:
+        if args.student:
+            p.error("--tests runs a copy's own tests (--repo); --student is graded by the judge")
+        return run_tests(args.numbers, args.repo, pytest_args, args.json)
     if args.student:
-        return grade_student(args.numbers, args.student, pytest_args, args.json, args.as_user)
+        return grade_student(args.numbers, args.student, args.json, args.as_user, args.timeout)
     if not args.repo.is_dir():
         raise SystemExit(f"error: {args.repo} is not a folder")
-    return grade(args.numbers, args.repo, pytest_args, args.json)
+    return grade(args.numbers, args.repo, args.json, timeout=args.timeout)
 
 
 if __name__ == "__main__":

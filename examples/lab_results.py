@@ -32,6 +32,9 @@ MORE_SEEDS = {"lab5": (0, 1, 2, 3, 4, 5, 6, 7)}  # the rule projected 4 to 7 see
 CONSERT = ["--steps", "100", "--batch-size", "96", "--lr", "2e-5", "--optimizer", "pytorch", "--temperature", "0.05"]
 SIMCSE = ["--steps", "100", "--batch-size", "64", "--lr", "3e-5", "--optimizer", "pytorch", "--temperature", "0.05"]
 COST = {"consert.py": 50, "tsdae.py": 100, "evaluate": 10}  # seconds on 2 CPU cores (the estimate before a run)
+# a lab's entry point (labs/) is its method's run with one piece replaced: it costs as much
+COST.update({f"labs/{lab}.py": COST["consert.py"] for lab in ("masked_cutoff", "shared_dropout")})
+COST.update({f"labs/{lab}.py": COST["tsdae.py"] for lab in ("noise_once", "token_memory")})
 
 
 def seeds_of(lab: str) -> tuple[int, ...]:
@@ -48,18 +51,19 @@ class Arm:
 
 ARMS = {
     "cutoff": Arm("consert.py", [*CONSERT, "--view1", "none", "--view2", "token_cutoff", "--rate2", "0.2"]),
-    "cutoff_masked": Arm("consert.py", [*CONSERT, "--view1", "none", "--view2", "token_cutoff_masked", "--rate2", "0.2"]),
+    "cutoff_masked": Arm("labs/masked_cutoff.py", [*CONSERT, "--view1", "none", "--view2", "token_cutoff_masked",
+                                                    "--rate2", "0.2"]),
     "fresh": Arm("tsdae.py", ["--heldout", "200", "--steps", "400", "--lr", "1e-4"], corpus="sts_600.txt"),
-    "once": Arm("tsdae.py", ["--heldout", "200", "--steps", "400", "--lr", "1e-4", "--noise-once"], corpus="sts_600.txt"),
+    "once": Arm("labs/noise_once.py", ["--heldout", "200", "--steps", "400", "--lr", "1e-4"], corpus="sts_600.txt"),
     "simcse": Arm("consert.py", [*SIMCSE, "--view1", "simcse", "--view2", "simcse"], tasks="stsb,align-uniform"),
-    "shared": Arm("consert.py", [*SIMCSE, "--view1", "simcse", "--view2", "simcse", "--shared-dropout"],
+    "shared": Arm("labs/shared_dropout.py", [*SIMCSE, "--view1", "simcse", "--view2", "simcse"],
                   tasks="stsb,align-uniform"),
     "no_dropout": Arm("consert.py", [*SIMCSE, "--view1", "none", "--view2", "none", "--encoder-dropout", "off"],
                       tasks="stsb,align-uniform"),
     "tsdae300": Arm("tsdae.py", ["--lr", "1e-4", "--steps", "300"]),
-    "tokens300": Arm("tsdae.py", ["--lr", "1e-4", "--steps", "300", "--decoder-memory", "tokens"]),
+    "tokens300": Arm("labs/token_memory.py", ["--lr", "1e-4", "--steps", "300"]),
     "tsdae1000": Arm("tsdae.py", ["--lr", "1e-4", "--steps", "1000"]),
-    "tokens1000": Arm("tsdae.py", ["--lr", "1e-4", "--steps", "1000", "--decoder-memory", "tokens"]),
+    "tokens1000": Arm("labs/token_memory.py", ["--lr", "1e-4", "--steps", "1000"]),
     "bucketing": Arm("tsdae.py", ["--lr", "1e-4", "--steps", "1000", "--bucketing"]),
     "bucketing_sentence": Arm("tsdae.py", ["--lr", "1e-4", "--steps", "1000", "--bucketing", "--loss-normalisation",
                                            "sentence"]),

@@ -3,14 +3,23 @@
 The official token_cutoff (consert.token_cutoff) zeroes int(n * rate) token rows of the embedding output and
 leaves them in the attention mask: every other token still attends to them, as zero vectors, and mean pooling
 counts them (its author confirms it: yym6472/ConSERT issue #7). The view "token_cutoff_masked" zeroes the same
-rows AND takes them out of the attention mask, as if they were padding. `--view1 / --view2 token_cutoff_masked`
-train with it.
+rows AND takes them out of the attention mask, as if they were padding. `python labs/masked_cutoff.py --view2
+token_cutoff_masked FLAGS` trains with it (the run of `python consert.py FLAGS`, with this view).
 """
 from __future__ import annotations
 
-import torch
+import argparse
+import sys
+from pathlib import Path
 
-from consert import VIEW_NAMES, ConSERTLoss, View, random_subset
+if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, consert.py, lib/) on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+import consert_train  # noqa: E402
+from consert import VIEW_NAMES, ConSERTLoss, View, random_subset  # noqa: E402
+from lib import cli  # noqa: E402
 
 
 def masked_token_cutoff(x: torch.Tensor, attention_mask: torch.Tensor,
@@ -34,3 +43,23 @@ class MaskedCutoffConSERTLoss(ConSERTLoss):
         x = self.encoder.bert.embed(input_ids)  # (B, L, d)
         x, attention_mask = masked_token_cutoff(x, attention_mask, view.rate)  # the view, made here
         return self.layers_and_pool(x, attention_mask)  # (B, d)
+
+
+def make_parser() -> cli.ArgumentParser:
+    """`python consert.py`'s flags (this lab's views among the choices): this file's command line."""
+    return consert_train.make_parser(MaskedCutoffConSERTLoss.view_names)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """`python consert.py`'s flags, checked as consert_train.main checks them for this objective."""
+    return consert_train.parse_args(argv, MaskedCutoffConSERTLoss)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python labs/masked_cutoff.py FLAGS`: the run of `python consert.py FLAGS`, its contrastive stage trained by
+    this objective (so --view1 / --view2 may name token_cutoff_masked)."""
+    return consert_train.main(argv, unsupervised=MaskedCutoffConSERTLoss)
+
+
+if __name__ == "__main__":
+    cli.run(main)

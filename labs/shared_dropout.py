@@ -1,26 +1,52 @@
 """LABS.md, lab 3: SimCSE's two dropout masks, against one mask shared by both copies of a sentence.
 
 With the views simcse and simcse (Gao et al. 2021), the two views of a sentence are two encoder passes that differ
-only by their dropout masks. `--shared-dropout` makes ONE pass whose vectors are both views, z2 = z1: SimCSE's
+only by their dropout masks. This objective makes ONE pass whose vectors are both views, z2 = z1: SimCSE's
 "fixed 0.1" row (§3, tab. 3). The positive pair is then identical, sim(k, p(k)) = 1 / temperature whatever the
 encoder does, and NT-Xent can only push the negatives apart.
 """
 from __future__ import annotations
 
-import torch
+import argparse
+import sys
+from pathlib import Path
 
-from consert import ConSERTLoss, View
+if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, consert.py, lib/) on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+import consert_train  # noqa: E402
+from consert import ConSERTLoss  # noqa: E402
+from lib import cli  # noqa: E402
 
 
 class SharedDropoutConSERTLoss(ConSERTLoss):
     """consert.ConSERTLoss (the unsupervised objective) whose forward compares one pass with itself. (In a joint
     stage both simcse views are already the one unaugmented pass: consert.AdversarialConSERTLoss.vectors.)"""
 
-    def __init__(self, encoder, views: tuple[View, View], **settings):
-        if [view.name for view in views] != ["simcse", "simcse"]:
-            raise ValueError("shared dropout masks are for the views simcse and simcse")
-        super().__init__(encoder, views, **settings)
+    view_names = ("simcse",)  # both views simcse: ConSERTLoss.__init__ (and consert_train.parse_args) refuse others
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         z = self.encode(batch["input_ids"], batch["attention_mask"], self.views[0])  # (B, d): one pass, one set of masks
         return self.cl_weight * self.contrastive(z, z, batch["sentence_keys"])
+
+
+def make_parser() -> cli.ArgumentParser:
+    """`python consert.py`'s flags: this file's command line."""
+    return consert_train.make_parser()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """`python consert.py`'s flags, checked as consert_train.main checks them for this objective."""
+    return consert_train.parse_args(argv, SharedDropoutConSERTLoss)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python labs/shared_dropout.py --view1 simcse --view2 simcse FLAGS`: the run of `python consert.py` with the
+    same flags, its contrastive stage trained by this objective."""
+    return consert_train.main(argv, unsupervised=SharedDropoutConSERTLoss)
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -3,18 +3,27 @@
 In TSDAE (arXiv:2104.06979 §3.2) the decoder's cross-attention reads one vector per sentence, so that vector must
 carry the sentence. Here it reads the encoder's final states of every real token of the damaged sentence (its
 padding masked out): the decoder can copy the surviving words from their own states, and nothing forces the pooled
-vector to carry the sentence. The same parameters and normalisation. `--decoder-memory tokens` trains it (on the
-plain path: the fast decoder reads one vector).
+vector to carry the sentence. The same parameters and normalisation. `python labs/token_memory.py FLAGS` trains it
+(the run of `python tsdae.py FLAGS`, on the plain path: the fast decoder reads one vector).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import argparse
+import sys
+from pathlib import Path
 
-import torch
-import torch.nn as nn
+if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, consert.py, lib/) on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from model import MultiHeadAttention
-from tsdae import TSDAELoss
+from dataclasses import dataclass  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+import tsdae_train  # noqa: E402
+from lib import cli  # noqa: E402
+from model import MultiHeadAttention  # noqa: E402
+from tsdae import TSDAELoss  # noqa: E402
 
 
 @dataclass
@@ -49,3 +58,22 @@ class TokenMemoryTSDAELoss(TSDAELoss):
     def memory(self, batch: dict[str, torch.Tensor]) -> TokenStates:
         states = self.encoder.bert(batch["damaged_ids"], batch["damaged_mask"])  # (B, Ld, d), not pooled
         return TokenStates(states, batch["damaged_mask"])
+
+
+def make_parser() -> cli.ArgumentParser:
+    """`python tsdae.py`'s flags: this file's command line."""
+    return tsdae_train.make_parser()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """`python tsdae.py`'s flags, checked as tsdae_train.main checks them."""
+    return tsdae_train.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python labs/token_memory.py FLAGS`: the run of `python tsdae.py FLAGS` with this objective."""
+    return tsdae_train.main(argv, objective_class=TokenMemoryTSDAELoss)
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -5,5 +5,8 @@
   card.py         the model card of a trained folder        useb.py       USEB's files and retrieval protocol
   cli.py          the command-line kit of the scripts       download.py   fetching the evaluation sets
   distributed.py  torchrun: global means, gathered negatives, summed gradients
-Nothing here imports a file of the reading path (model.py, data.py, the methods, train.py, evaluate.py).
+  run.py          the run folder: checkpoints, log, Ctrl-C    selection.py  best/, early stopping, --heldout's signals
+  align_uniform.py, taskfiles.py   alignment and uniformity; which files a task reads
+Nothing here imports a file outside lib/ (model.py, data.py, the methods, train.py, evaluate.py, experiment.py): what
+run.py and selection.py need of train.py's settings and model.py's encoder they name as Protocols.
 """

@@ -30,7 +30,7 @@ from lib import card
 from lib import weights
 from lib import distributed
 from lib.weights import ModelLoadError
-from lib.errors import CorpusError, UsageError
+from lib.errors import CorpusError, UsageError, one_line
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -57,9 +57,10 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: {default})"
 
 
-def add_run_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, out: str, inputs: str) -> None:
+def add_run_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, out: str, inputs: str,
+                      fast_path: bool = True) -> None:
     """Flags for how a training run goes, on a parser or argument group; --bad-lines says what it does with the
-    lines of its text `inputs` that are not UTF-8."""
+    lines of its text `inputs` that are not UTF-8. --plain only where the run has a `fast_path` to leave."""
     p.add_argument("--bad-lines", default="error", choices=["error", "skip", "replace"],
                    help=f"what to do with {inputs} that are not UTF-8")
     p.add_argument("--out", default=out, help="run folder: model/ (the trained encoder), checkpoint/ (to resume), "
@@ -75,8 +76,15 @@ def add_run_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, out:
     p.add_argument("--workers", type=int, default=None,
                    help="DataLoader worker processes (default: 2 on CUDA, 0 on CPU, where they compete for the cores)")
     p.add_argument("--save-every", type=int, default=1000, help="write a resumable checkpoint every N steps (0: at the end)")
-    p.add_argument("--plain", action="store_true",
-                   help="run the plain reading path (model.py, the method's file) instead of fast.py's equal, faster pieces")
+    if fast_path:
+        p.add_argument("--plain", action="store_true", help="run the plain reading path (model.py, the method's "
+                                                            "file) instead of fast.py's equal, faster pieces")
+
+
+def checkpoint_families() -> str:
+    """The families --model takes (lib/weights.py's ARCHITECTURES), for its help: "BERT, RoBERTa, ... or ModernBERT"."""
+    *others, last = weights.FAMILY_NAMES.values()
+    return f"{', '.join(others)} or {last}"
 
 
 def add_length_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, passes_over: str,
@@ -195,7 +203,7 @@ def evaluates(args: argparse.Namespace) -> bool:
 
 def check_selection(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """--eval-task's default (stsb-dev with --eval-data, else heldout-loss with --heldout, else nothing is
-    evaluated), and the held-out tasks' need for --heldout. Which tasks have dev data: lib.selection.check_dev_task."""
+    evaluated), and the held-out tasks' need for --heldout. Which tasks have dev data: experiment.check_dev_task."""
     if args.heldout < 0:
         p.error(f"--heldout must be 0 or more (got {args.heldout})")
     if args.eval_task is None:
@@ -248,12 +256,31 @@ def device(name: str = "auto") -> torch.device:
     return chosen
 
 
+def cpu_has_bf16_units(cpuinfo: str | None = None) -> bool | None:
+    """Whether this CPU multiplies bf16 matrices in hardware (the avx512_bf16 or AMX flags of /proc/cpuinfo);
+    None where that cannot be read (not Linux). Without them bf16 matmuls are emulated, slower than fp32."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    flags = {flag for line in cpuinfo.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def say_if_amp_is_slow(device: torch.device, amp: str, cpuinfo: str | None = None) -> None:
+    """--amp bf16 on a CPU without bf16 units trains slower than fp32: say so in one line (the run goes on)."""
+    if device.type == "cpu" and amp == "bf16" and cpu_has_bf16_units(cpuinfo) is False:
+        print("note: this CPU has no bf16 matrix units (neither avx512_bf16 nor AMX), so --amp bf16 emulates them "
+              "and trains slower than fp32 (bench/bench.py's matmul peak rows measure both)", file=sys.stderr)
+
+
 def run(main: Callable[[], int]) -> None:
     """A script's entry point: a user's mistake (bad corpus, bad model folder, NaN loss) ends in one line."""
     try:
         sys.exit(main())
     except (ModelLoadError, UsageError) as e:  # a UsageError: CorpusError and TrainingStopped too
-        sys.exit(f"error: {e}")
+        sys.exit(f"error: {one_line(str(e))}")  # an echoed 4 KB header cut to its start and its end
     except NotImplementedError as e:  # a student copy's blanked exercise (assignments.py) on the training path
         if not str(e).startswith("Exercise "):  # torch's own (an operation it lacks): a bug, shown whole
             raise

@@ -83,8 +83,10 @@ PIT2015 = "cocoxu/twitterparaphrase/4039beb7ce9505bdf84676a2b7595b484d203750"
 # which `git hash-object text_tokenized.txt.gz` prints for the right file.
 ASKUBUNTU = "taolei87/askubuntu/4d0a9169ef0bfa4c93ff1aa9f25bc426a7fa559e"
 
-# SNLI dev (untokenized JSON lines, "-" pairs dropped) from anthonywchen/generative-nli, made from the official
-# https://nlp.stanford.edu/projects/snli/snli_1.0.zip (the SNLI URL of SentEval's script); CC BY-SA 4.0.
+# SNLI dev and MultiNLI dev matched (untokenized JSON lines, "-" pairs dropped) from anthonywchen/generative-nli,
+# made by its data/process_raw_data.py from the official https://nlp.stanford.edu/projects/snli/snli_1.0.zip (the
+# SNLI URL of SentEval's script; CC BY-SA 4.0) and multinli_1.0_dev_matched.jsonl (MultiNLI 1.0: OANC's terms, its
+# fiction CC BY-SA / CC BY 3.0). The TSDAE ablations' corpus (examples/ablations.py) is the sentences of both.
 GENERATIVE_NLI = "anthonywchen/generative-nli/5780c5aff1b0038182ca8fe10dcd910614a39037"
 
 USEB_SERVER = "https://public.ukp.informatik.tu-darmstadt.de/kwang/unsupse-benchmark/tsdae-evaluation"
@@ -194,7 +196,9 @@ SETS: dict[str, list[Remote]] = {
         "text_tokenized.txt.gz": None,  # the question corpus (titles and bodies), see above
     }),
     "nli": [Remote("nli/snli_dev.jsonl", f"https://raw.githubusercontent.com/{GENERATIVE_NLI}/data/snli/dev.jsonl",
-                   "4610d85664b3fa453c33fbbbc006ac870aaa1435ad1583b944af027673f5c3d4")],
+                   "4610d85664b3fa453c33fbbbc006ac870aaa1435ad1583b944af027673f5c3d4"),
+            Remote("nli/mnli_dev_matched.jsonl", f"https://raw.githubusercontent.com/{GENERATIVE_NLI}/data/mnli/dev.jsonl",
+                   "081af9b80f4fe75aba97d034c0ff21a8017c4d18e3b5b2b0b7612ab2cc3c7bf2")],
     # USEB (UKPLab/useb, the TSDAE paper's benchmark): the two zips its useb/downloading.py fetches, each holding
     # one folder, data-eval/ (what evaluate.py's useb-* tasks read) and data-train/ (<domain>/unsupervised/train.txt
     # and the supervised pairs). Their checksums are not known here (the server could not be reached).

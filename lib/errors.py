@@ -29,3 +29,16 @@ class DataFormatError(ValueError):
 
 class ModelLoadError(Exception):
     """A model folder that cannot be loaded (missing, or with missing or mismatched weights)."""
+
+
+# A one-line error echoes what it found (a header, a cell, a label); a file's 4 KB header would fill the terminal.
+SHOWN_START, SHOWN_END = 200, 100  # characters kept of a longer message: where (file, line, what) and what to do
+
+
+def one_line(message: str) -> str:
+    """The message as lib/cli.run prints it: whole up to SHOWN_START + SHOWN_END + 40 characters, else its start
+    and its end, the middle (the echoed input) replaced by how many characters were left out."""
+    if len(message) <= SHOWN_START + SHOWN_END + 40:
+        return message
+    left_out = len(message) - SHOWN_START - SHOWN_END
+    return f"{message[:SHOWN_START]} [... {left_out:,} characters ...] {message[-SHOWN_END:]}"

@@ -17,19 +17,40 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Callable, Iterator, Protocol
 
 import torch
 import torch.nn as nn
 from tqdm.auto import tqdm
 
 from lib import distributed
+from lib.card import ModelCard
 from lib.errors import CorpusError, ModelLoadError, TrainingStopped
 from lib.weights import atomic_dir, write_atomically
 
-if TYPE_CHECKING:  # names for the annotations, not imported when the program runs (train.py imports this file)
-    from model import SentenceEncoder
-    from train import TrainSettings
+
+
+# ----------------------------------------------------------------------------
+# What the run folder needs of the encoder and of the loop's settings (model.SentenceEncoder and train.TrainSettings
+# have these; the floors above are not imported here)
+
+
+class Encoder(Protocol):
+    """An encoder that saves itself as a model folder (model.SentenceEncoder)."""
+
+    def save_pretrained(self, out_dir: str | Path, card: ModelCard | None = None) -> None: ...
+
+
+class RunSettings(Protocol):
+    """What the run folder reads of the loop's settings (train.TrainSettings has these fields)."""
+
+    out: Path
+    steps: int
+    resume: bool
+    save_every: int
+    patience: int
+    card: Callable[[RunState], ModelCard] | None
+    save_with_model: Callable[[Path], None] | None
 
 
 # ----------------------------------------------------------------------------
@@ -69,7 +90,7 @@ class RunFolder:
     encoder, the objective, the optimiser, the random state, progress.json), log.jsonl (every step) and, with an
     evaluation, best/. Every folder is written atomically. Under torchrun only the main process writes."""
 
-    def __init__(self, settings: TrainSettings, encoder: SentenceEncoder, objective: nn.Module, optimizer):
+    def __init__(self, settings: RunSettings, encoder: Encoder, objective: nn.Module, optimizer):
         self.settings, self.encoder, self.objective, self.optimizer = settings, encoder, objective, optimizer
         self.out = Path(settings.out)
         self.checkpoint = self.out / "checkpoint"

@@ -158,14 +158,15 @@ ARCHITECTURES = {arch.model_type: arch for arch in [
     Architecture("electra", "ElectraModel", "ElectraTokenizer", "electra.", [("embeddings.project.", "embeddings_project."), *BERT_NAMES],
                  [("mlm_head.dense.", "generator_predictions.dense."), ("mlm_head.norm.", "generator_predictions.LayerNorm."),
                   ("mlm_head.bias", "generator_lm_head.bias")], tied=("generator_lm_head.weight",)),
-    # MPNet: RoBERTa's positions (transformers counts them from its fixed padding id 1), no token types, one
-    # relative position bias table for all layers, its own attention names
+    # MPNet: RoBERTa's positions, counted from padding id 1 whatever pad_token_id says (transformers' MPNetEmbeddings
+    # fixes it, for positions and the word vectors alike), no token types, one relative position bias table for all
+    # layers, its own attention names
     Architecture("mpnet", "MPNetModel", "MPNetTokenizer", "mpnet.", [
         (".attn.q.", ".attention.attn.q."), (".attn.k.", ".attention.attn.k."), (".attn.v.", ".attention.attn.v."),
         (".attn.out.", ".attention.attn.o."), (".attn_norm.", ".attention.LayerNorm."),
         ("relative_bias.table.", "encoder.relative_attention_bias."),
         *[(ours, theirs) for ours, theirs in BERT_NAMES if not ours.startswith((".attn.", ".attn_norm."))],
-    ], ROBERTA_HEAD, tied=("lm_head.decoder.",), fixed={"type_vocab_size": 0, "position_offset": 2}),
+    ], ROBERTA_HEAD, tied=("lm_head.decoder.",), fixed={"type_vocab_size": 0, "position_offset": 2, "embedding_pad_id": 1}),
     # ModernBERT: pre-LayerNorm blocks, GeGLU, no biases, rotary positions, local layers (model.BertConfig), Q, K and
     # V in one matrix `Wqkv`; its masked-LM head `head` + `decoder`
     Architecture("modernbert", "ModernBertModel", "PreTrainedTokenizerFast", "model.", [
@@ -178,8 +179,14 @@ ARCHITECTURES = {arch.model_type: arch for arch in [
         fixed={"type_vocab_size": 0, "norm_first": True, "gated_ffn": True, "bias": False, "hidden_dropout_prob": 0.0,
                "attention_probs_dropout_prob": 0.0}),
 ]}
+# each family as --model's help names it
+FAMILY_NAMES = {"bert": "BERT", "roberta": "RoBERTa", "xlm-roberta": "XLM-R", "distilbert": "DistilBERT",
+                "electra": "ELECTRA", "mpnet": "MPNet", "modernbert": "ModernBERT"}
 # Heads of other pre-training tasks, dropped on loading: next-sentence prediction, the ELECTRA discriminator's
 NOT_USED = ("pooler.", "cls.seq_relationship.", "discriminator_predictions.", "lm_head.decoder.")
+# hidden_act values model.FeedForward computes: GELU's exact erf form, and its tanh approximation (transformers'
+# GELUTanh, F.gelu(x, approximate="tanh")), which ModernBERT's configs may name
+GELUS = ("gelu", "gelu_pytorch_tanh")
 NEXT_TYPES = "albert, deberta-v2"  # docs/architectures.md says what each would need
 
 
@@ -303,12 +310,16 @@ def read_config(folder: Path) -> dict:
     values = {ours: raw[theirs] for ours, theirs in arch.config_keys.items() if theirs in raw}
     values.update({k: v for k, v in raw.items() if k not in arch.config_keys.values()}, **arch.fixed)
     values["model_type"] = arch.model_type
-    if values.get("hidden_act", "gelu") != "gelu":
-        raise ModelLoadError(f"{path}: hidden_act '{values['hidden_act']}' is not supported; these models use 'gelu'")
+    activations = GELUS if arch.model_type == "modernbert" else ("gelu",)  # ModernBERT's head: classifier_activation
+    if values.get("hidden_act", "gelu") not in activations:
+        raise ModelLoadError(f"{path}: hidden_act '{values['hidden_act']}' is not supported; use "
+                             f"{' or '.join(repr(a) for a in activations)}")
     if raw.get("position_embedding_type", "absolute") != "absolute":
         raise ModelLoadError(f"{path}: only absolute position embeddings are supported")
     if raw.get("sinusoidal_pos_embds"):
         raise ModelLoadError(f"{path}: sinusoidal_pos_embds (fixed position vectors) is not supported")
+    if "pad_token_id" in raw and raw["pad_token_id"] is None:  # transformers runs it: the tokenizer's pad id
+        values["pad_token_id"] = tokenizer_pad_id(folder, path, arch.model_type)
     if arch.model_type in ("roberta", "xlm-roberta"):
         values["position_offset"] = raw.get("pad_token_id", 1) + 1  # positions count from pad_token_id + 1
     if arch.model_type == "mpnet":
@@ -318,10 +329,30 @@ def read_config(folder: Path) -> dict:
     return values
 
 
+def tokenizer_pad_id(folder: Path, path: Path, model_type: str) -> int:
+    """The id a config.json with "pad_token_id": null pads with. transformers runs such a config: its embeddings then
+    have no padding row (padding_idx None) and its tokenizer pads a batch with the tokenizer's own pad token, so
+    the batches are padded with that token here too. The vectors cannot tell (padding is masked), and the padding
+    row gets no gradient either way (no unmasked token reads it). RoBERTa's and XLM-R's positions count from the pad
+    id, and transformers fails on a null one there (input_ids.ne(None)): one line instead."""
+    if model_type in ("roberta", "xlm-roberta"):
+        raise ModelLoadError(f"{path}: pad_token_id is null, but {model_type}'s positions count from it (transformers "
+                             "fails on it too); set it to the tokenizer's <pad> id (1 in the published checkpoints)")
+    named = [(read_json(folder / name, missing=None) or {}).get("pad_token")
+             for name in ("special_tokens_map.json", "tokenizer_config.json")]
+    tokenizer = load_tokenizer(folder)
+    for token in named:
+        token = token.get("content") if isinstance(token, dict) else token
+        if isinstance(token, str) and tokenizer.token_to_id(token) is not None:
+            return tokenizer.token_to_id(token)
+    found = [i for i, t in sorted(tokenizer.get_added_tokens_decoder().items()) if t.special and "pad" in t.content.lower()]
+    if not found:  # transformers' tokenizer cannot pad a batch either ("the tokenizer does not have a padding token")
+        raise ModelLoadError(f"{path}: pad_token_id is null and the tokenizer has no pad token; set pad_token_id")
+    return found[0]
+
+
 def mpnet_config(raw: dict, path: Path) -> dict:
     """What model.py's MPNet reads beyond BERT's keys: the 32 buckets of the relative position bias."""
-    if raw.get("pad_token_id", 1) != 1:  # transformers' MPNet takes padding id 1 for its positions, whatever the config says
-        raise ModelLoadError(f"{path}: MPNet's pad_token_id must be 1 (transformers' positions assume it)")
     if raw.get("relative_attention_num_buckets", 32) != 32:
         raise ModelLoadError(f"{path}: MPNet's relative_attention_num_buckets must be 32 (transformers uses 32)")
     return {"relative_attention_num_buckets": 32}
@@ -372,6 +403,8 @@ def hf_config(values: dict, base: dict | None = None) -> dict:
     elif ours.get("embedding_size") is None:
         ours.pop("embedding_size", None)
     config = {**(base or {}), **ours, "architectures": [arch.hf_class], "model_type": arch.model_type}
+    if base and "pad_token_id" in base and base["pad_token_id"] is None:  # read as the tokenizer's (tokenizer_pad_id)
+        config["pad_token_id"] = None  # and written back as it came
     if arch.model_type == "bert":
         config.setdefault("position_embedding_type", "absolute")
     return config

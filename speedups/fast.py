@@ -7,7 +7,8 @@ never restated here: each class below is a subclass that replaces one piece and 
   piece (default)            replaces (--plain)                          chosen where
   PackedBert                 model.Bert.run_layers, on the real tokens   SentenceEncoder.from_pretrained(...,
    (PackedAttention)          its layers' attention, on packed rows       bert_class=PackedBert): tsdae_train,
-                                                                          consert_train (not --bucketing), evaluate
+                                                                          consert_train (not --bucketing), evaluate,
+                                                                          baselines/mlm
   SparseLookupPackedBert     also Bert's word lookup (SparseGradLookup)  TSDAE with a tied decoder
   PackedDecoder              tsdae.TSDAEDecoder.forward (with `keep`)    TSDAELoss(..., decoder_class=PackedDecoder)
    (SentenceVectorAttention)  a decoder layer's cross_attn
@@ -22,7 +23,7 @@ never restated here: each class below is a subclass that replaces one piece and 
 
 Every class has the plain one's parameters under the same names (a checkpoint loads either way) and, built from
 the same seed, the same initial values. tests/test_fast.py shows that each gives the numbers of the plain piece it
-replaces, on the real MiniLM weights; bench/ab.py measures what each one buys (figures in bench/README.md). One
+replaces, on the real MiniLM weights (FusedAttention: tests/test_model.py, and tests/test_cuda.py on a GPU); bench/ab.py measures what each one buys (figures in bench/README.md). One
 speed-up stays in the plain code as an argument of a PyTorch call: the fused AdamW kernel (train.make_optimizer).
 """
 from __future__ import annotations
@@ -158,7 +159,10 @@ class SentenceVectorAttention(model.MultiHeadAttention):
 
     def forward(self, x: torch.Tensor, mask: None = None, memory: RowMemory | None = None) -> torch.Tensor:
         """x (N, d) rows (they only set the shape: the attention weights do not depend on the queries)."""
-        per_head = self.per_head(memory.vectors)[memory.sentence]  # (N, h, d)
+        # index_select, not [memory.sentence]: the backward of indexing (index_put_ with accumulate) adds the N rows
+        # into the B sentences with parallel atomic adds on CPU (2+ threads, 32768+ numbers), in an order that varies
+        # from run to run, so a resumed run drifted from an uninterrupted one (issue 56); index_add_ adds in order
+        per_head = self.per_head(memory.vectors).index_select(0, memory.sentence)  # (N, h, d)
         # the attention probability (1) of each row and head, with BERT's dropout on probabilities
         probs = F.dropout(x.new_ones(len(x), 1, self.n_heads), self.dropout_p, self.training)  # (N, 1, h)
         y = (probs @ per_head).squeeze(1)  # (N, d)

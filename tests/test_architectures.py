@@ -96,12 +96,15 @@ def family_tokenizer(kind: str, minilm_path: str, folder: Path) -> int:
     return len(wrapped)
 
 
-def write_checkpoint(kind: str, folder: Path, minilm_path: str, with_head: bool = False) -> None:
+def write_checkpoint(kind: str, folder: Path, minilm_path: str, with_head: bool = False, **config) -> None:
+    """The family's tiny random checkpoint (config_of's settings; `config`: other values of its config)."""
     import transformers
 
     folder.mkdir(parents=True)
     vocab_size = family_tokenizer(kind, minilm_path, folder)
     cfg = config_of(kind, vocab_size)
+    for key, value in config.items():
+        setattr(cfg, key, value)
     name = {"bert": "Bert", "distilbert": "DistilBert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta",
             "electra": "Electra", "mpnet": "MPNet", "modernbert": "ModernBert"}[kind]
     torch.manual_seed(1)
@@ -375,6 +378,16 @@ def test_an_unsupported_type_names_the_supported_ones(checkpoints, tmp_path):
     assert "bert, roberta, xlm-roberta, distilbert, electra" in message
 
 
+def test_the_model_flag_names_every_family():
+    """--model's help in each command that trains from a checkpoint names the families lib/weights.py loads."""
+    from baselines import mlm
+
+    assert set(weights.FAMILY_NAMES) == set(weights.ARCHITECTURES)
+    for parser in (tsdae_train.make_parser(), consert_train.make_parser(), mlm.make_parser()):
+        (text,) = [action.help for action in parser._actions if "--model" in action.option_strings]
+        assert all(name in text for name in weights.FAMILY_NAMES.values()), text
+
+
 def test_mpnet_adds_one_relative_position_bias_to_every_layer(checkpoints):
     """MPNet's bias table is one for all the layers (transformers' encoder.relative_attention_bias): changing it
     changes the states, and our buckets are T5's: exact below 8, logarithmic to 128, the sign its own half."""
@@ -389,6 +402,51 @@ def test_mpnet_adds_one_relative_position_bias_to_every_layer(checkpoints):
     assert (before - after)[mask.bool()].abs().max() > 1e-3
 
 
+def test_mpnet_with_another_pad_id_takes_id_1_for_padding_as_transformers_does(minilm_path, tmp_path):
+    """transformers' MPNet counts positions over the ids that are not 1, and gives id 1 the padding rows of its word
+    and position tables, whatever config.json's pad_token_id says: so do we (here pad_token_id 0, and an id 1 inside
+    a sentence, which takes position 1 and moves the positions after it)."""
+    folder = tmp_path / "mpnet-pad0"
+    write_checkpoint("mpnet", folder, minilm_path, pad_token_id=0)
+    encoder = SentenceEncoder.from_pretrained(folder, pooling="mean").eval()
+    assert encoder.bert.cfg.pad_token_id == 0
+    ids, mask = batch(encoder)
+    ids[0, 2] = 1
+    reference = hf_model(folder)
+    assert encoder.bert.embeddings.word.padding_idx == reference.embeddings.word_embeddings.padding_idx == 1
+    assert encoder.bert.embeddings.position.padding_idx == reference.embeddings.position_embeddings.padding_idx == 1
+    with torch.no_grad():
+        theirs = reference(input_ids=ids, attention_mask=mask).last_hidden_state
+        ours = encoder.bert(ids, mask)
+    assert (ours[mask.bool()] - theirs[mask.bool()]).abs().max() < 1e-5
+    saved = tmp_path / "saved"
+    encoder.save_pretrained(saved)  # back in transformers' layout, its pad_token_id kept
+    config = json.loads((saved / "config.json").read_text())
+    assert config["pad_token_id"] == 0 and "embedding_pad_id" not in config
+
+
+def test_modernbert_with_the_tanh_gelu_equals_transformers(minilm_path, tmp_path):
+    """hidden_activation "gelu_pytorch_tanh" (transformers' GELUTanh): the feed-forward's GELU in its tanh form,
+    the same states as transformers' ModernBERT, and not those of the erf form; saved back under the same name."""
+    folder = tmp_path / "modernbert-tanh"
+    write_checkpoint("modernbert", folder, minilm_path, hidden_activation="gelu_pytorch_tanh")
+    encoder = SentenceEncoder.from_pretrained(folder, pooling="mean").eval()
+    erf = SentenceEncoder(load_bert(folder), encoder.tokenizer).eval()
+    for layer in erf.bert.layers:
+        layer.ffn.approximate = "none"
+    ids, mask = batch(encoder)
+    with torch.no_grad():
+        theirs = hf_model(folder)(input_ids=ids, attention_mask=mask).last_hidden_state[mask.bool()]
+        ours, exact = encoder.bert(ids, mask)[mask.bool()], erf.bert(ids, mask)[mask.bool()]
+    assert (ours - theirs).abs().max() < 1e-5 < (exact - theirs).abs().max()
+    encoder.save_pretrained(tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "config.json").read_text())["hidden_activation"] == "gelu_pytorch_tanh"
+    bad = json.loads((folder / "config.json").read_text()) | {"hidden_activation": "relu"}
+    (folder / "config.json").write_text(json.dumps(bad))
+    with pytest.raises(ModelLoadError, match="'relu' is not supported; use 'gelu' or 'gelu_pytorch_tanh'"):
+        load_bert(folder)
+
+
 def test_modernbert_local_layers_see_a_window_only(checkpoints):
     """Layer 1 is local (global_attn_every_n_layers 2), with a window of local_attention // 2 = 2 positions each side;
     layers 0 and 2 are global, and no layer adds position vectors (rotary): transformers agrees (above) only if so."""
@@ -396,6 +454,7 @@ def test_modernbert_local_layers_see_a_window_only(checkpoints):
     assert [layer.attn.window for layer in bert.layers] == [None, 2, None]
     assert bert.embeddings.position is None and bert.final_norm is not None
     assert isinstance(bert.layers[0].attn_norm, torch.nn.Identity)
+    assert all(type(layer) is model.PreNormEncoderLayer for layer in bert.layers)  # model.py's section 8
     assert all(p.dim() != 1 or name.endswith("norm.weight") or name == "mlm_head.bias"
                for name, p in bert.named_parameters())  # no biases
 

@@ -885,3 +885,25 @@ def test_adv_norm_is_the_length_of_the_adversarial_perturbation(tiny_model_dir, 
     (r,) = perturbations
     lengths = r.norm(dim=-1)[consert.collate_sentences(ids)["attention_mask"].bool()]  # (real tokens,)
     assert torch.allclose(lengths, torch.full_like(lengths, 0.05), rtol=1e-3)
+
+
+@pytest.mark.parametrize("optimizer", ["official", "pytorch"])
+def test_a_constant_schedule_keeps_the_peak_lr_and_a_longer_run_resumes_the_shorter(optimizer, tiny_model_dir,
+                                                                                   small_corpus, tmp_path):
+    """--schedule constant: the peak lr at every step (no warm-up, no decay), so a run to 4 steps resumed to 8 logs
+    the same steps as one run to 8 (examples/domain_claim.py's learning curves grow so); the official schedule
+    warms up and decays over the run's length instead."""
+    def trained(out, steps, *more):
+        consert_train.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(out),
+                            "--batch-size", "4", "--steps", str(steps), "--optimizer", optimizer, "--lr", "1e-3",
+                            "--save-every", "0", *more])
+        return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+
+    assert [r["lr"] for r in trained(tmp_path / "once", 8, "--schedule", "constant")] == [1e-3] * 8
+    trained(tmp_path / "twice", 4, "--schedule", "constant")
+    resumed = trained(tmp_path / "twice", 8, "--schedule", "constant", "--resume")
+    once = [json.loads(line) for line in (tmp_path / "once" / "log.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["lr"]) for r in resumed] == [(r["step"], r["lr"]) for r in once]
+    assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in once], rel=1e-5)
+    official = [r["lr"] for r in trained(tmp_path / "official", 8)]
+    assert official[-1] < 1e-3  # decay toward 0 over the run's length (8 steps: no warm-up step for pytorch's)

@@ -356,3 +356,24 @@ def missing(name: str) -> bool:
 def test_named_code_exists(doc):
     gone = [f"{doc}:{line}: {name}" for line, name in names_in(doc) if missing(name)]
     assert not gone, "the documents name what is not in the repository:\n" + "\n".join(gone)
+
+
+def test_the_readmes_words_on_early_stopping_plain_and_micro_batch_hold():
+    """README: with --eval-task ConSERT alone stops early (--patience; TSDAE trains every step); --plain in TSDAE,
+    ConSERT and the masked-LM baseline, none in fine-tuning (one path); --micro-batch is the cached gradient in
+    ConSERT and fine-tuning, parts weighted by their share of the tokens in TSDAE and masked-LM."""
+    import consert_train
+    import finetune_train
+    import tsdae_train
+    from baselines import mlm
+
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "ConSERT alone stops early, by `--patience`" in readme and "fine-tuning has one path, and no `--plain`" in readme
+    parsers = {name: module.make_parser() for name, module in
+               (("tsdae", tsdae_train), ("consert", consert_train), ("finetune", finetune_train), ("mlm", mlm))}
+    flags = {name: set(parser._option_string_actions) for name, parser in parsers.items()}
+    assert [name for name in parsers if "--patience" in flags[name]] == ["consert"]
+    assert [name for name in parsers if "--plain" not in flags[name]] == ["finetune"]
+    micro = {name: parser._option_string_actions["--micro-batch"].help for name, parser in parsers.items()}
+    assert {name for name, text in micro.items() if "cached gradient" in text} == {"consert", "finetune"}
+    assert all("share of the" in micro[name] for name in ("tsdae", "mlm"))

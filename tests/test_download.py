@@ -31,9 +31,17 @@ def test_fetch_from_mirror_gives_the_same_bytes_and_a_second_call_downloads_noth
     for task in ["stsb", "stsb-dev", "sickr", "sts12", "sts13", "sts14", "sts15", "sts16", "twitterpara"]:
         assert taskfiles.missing_file(task, tmp_path) is None, task
     # what the training scripts and tests read as well
-    for rel in ["nli/snli_dev.jsonl", "sick/SICK.txt", "sick/SICK_train.txt", "stsbenchmark/senteval/sts-train.csv",
-                "twitterpara/test.label", "askubuntu/dev.txt", "askubuntu/test.txt"]:
+    for rel in ["nli/snli_dev.jsonl", "nli/mnli_dev_matched.jsonl", "sick/SICK.txt", "sick/SICK_train.txt",
+                "stsbenchmark/senteval/sts-train.csv", "twitterpara/test.label", "askubuntu/dev.txt", "askubuntu/test.txt"]:
         assert (tmp_path / rel).is_file(), rel
+    # the ablations' corpora (TSDAE's: SNLI dev and MNLI dev matched) rebuilt from what was fetched alone, to the byte
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "examples"))
+    import ablations
+
+    fresh = ablations.prepare_corpora(tmp_path, tmp_path / "fresh_corpora")
+    for method, path in ablations.prepare_corpora(data_dir, tmp_path / "corpora").items():
+        assert fresh[method].read_bytes() == path.read_bytes(), method
+    assert "The new rights are nice enough" in fresh["tsdae"].read_text(encoding="utf-8").splitlines()  # MNLI's first
 
 
 def test_every_checksum_in_the_table_is_the_one_in_sha256sums(data_dir):

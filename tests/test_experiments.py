@@ -1,5 +1,6 @@
 """The experiment scripts of examples/ (pretraining_claim.py, ablations.py): --dry-run lists every arm, --summary
 rebuilds the tables from saved scores alone, and the verdicts read the per-seed differences as they say."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import ablations  # noqa: E402
 import arms  # noqa: E402
+import domain_claim  # noqa: E402
 import pretraining_claim  # noqa: E402
 
 
@@ -244,7 +246,7 @@ def test_the_labs_list_every_arm_once_and_summarise(tmp_path, capsys):
 
     lines = dry_run("lab_results.py", "all", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"))
     assert lines[0].startswith("118 commands to run")  # (13 arms x 3 seeds + lab 5's 4 arms x 5 more) x (train, evaluate)
-    assert sum("--shared-dropout" in c for c in lines) == 3 and sum("/simcse-s" in c and "--out" in c for c in lines) == 3
+    assert sum("labs/shared_dropout.py" in c for c in lines) == 3 and sum("/simcse-s" in c and "--out" in c for c in lines) == 3
     argv = ["lab3", "--summary", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
     labs.main(argv)
     assert "lab3: no scores yet for simcse-s0" in capsys.readouterr().out
@@ -262,3 +264,60 @@ def test_the_labs_list_every_arm_once_and_summarise(tmp_path, capsys):
            "(p < 0.001) |" in table
     assert "| final training loss (the mean of the last 10% of the steps), shared | 0.0004 | 0.0004 | 0.0004 | " \
            "0.0004 ± 0.0000 | |" in table
+
+
+# ---------------------------------------------------------------- the domain claim (examples/domain_claim.py)
+
+
+def test_the_domain_claim_lists_every_point_with_its_papers_settings(tmp_path):
+    """--dry-run: the untrained checkpoint once per pooling, then per seed every method at each fixed step before
+    any goes further; each arm with its paper's settings, at batch 8 and a constant lr."""
+    lines = dry_run("domain_claim.py", "--starts", "standin", "--out", str(tmp_path / "runs"), "--results",
+                    str(tmp_path / "results"))
+    steps = domain_claim.STEPS["standin"]
+    assert lines[0].startswith(f"{2 + 3 * len(steps) * 4} points to score")
+    trainings = [line for line in lines if "evaluate.py" not in line][1:]
+    assert len(trainings) == 3 * len(steps) * 4 and all("--batch-size 8" in line for line in trainings)
+    assert [line.split()[1] for line in trainings[:4]] == ["tsdae.py", "baselines/mlm.py", "consert.py", "consert.py"]
+    assert "--lr 3e-5 --pooling cls --steps 500 " in trainings[0] and "--lr 5e-5 --pooling mean" in trainings[1]
+    assert "--view1 simcse --view2 simcse --lr 5e-5 --temperature 0.05" in trainings[2]
+    assert "--view1" not in trainings[3] and all("--schedule constant" in line for line in trainings[2:4])
+    assert [int(line.split("--steps ")[1].split()[0]) for line in trainings[::4]] == list(steps) * 3
+    raw = [line for line in lines if "bert-mini-mlm --tasks" in line]
+    assert len(raw) == 2 and "--pooling cls" in raw[0] and "--pooling mean" in raw[1]
+
+
+def write_point(results: Path, name: str, twitter: float, stsb: float, dev: float, **more) -> None:
+    scores = results / "scores" / f"{name}.json"
+    scores.parent.mkdir(parents=True, exist_ok=True)
+    scores.write_text(json.dumps({"eval": {"pooling": "cls" if "raw-cls" in name else "mean", "twitterpara": twitter,
+                                           "stsb": stsb, "details": {"stsb": {"dev": dev}}}, **more}))
+
+
+def test_the_domain_claim_tables_from_saved_scores(tmp_path, capsys):
+    """--summary: per metric the curve (mean ± sd over the seeds scored, n), the untrained checkpoint at step 0 with
+    each method's pooling, the verdicts of TSDAE against each method at the last step every method reached with
+    two seeds or more, and the measured seconds per step (the median over the points)."""
+    results = tmp_path / "results"
+    write_point(results, "standin-raw-cls", 50.0, 15.0, 30.0)
+    write_point(results, "standin-raw-mean", 60.0, 33.0, 50.0)
+    for seed in (0, 1, 2):
+        for method, base in (("tsdae", 70.0), ("mlm", 65.0), ("simcse", 66.0), ("consert", 69.5)):
+            for step, from_step in ((500, 0), (1000, 500)):
+                if step == 1000 and seed == 2:
+                    continue  # step 1000 has seeds 0 and 1 only
+                seconds = 1000.0 if (method, seed, step) == ("tsdae", 0, 500) else 0.1 * (step - from_step)
+                write_point(results, f"standin-{method}-s{seed}-step{step}", base + seed + step / 1000, 40.0 - seed,
+                            45.0, step=step, from_step=from_step, seconds=seconds)
+    domain_claim.main(["--summary", "--starts", "standin", "--results", str(results), "--out", str(tmp_path / "runs")])
+    capsys.readouterr()
+    table = (results / "table.md").read_text()
+    assert "| 0 | 50.00 | 60.00 | 60.00 | 60.00 |" in table  # TSDAE's CLS, the others' mean
+    assert "| 500 | 71.50 ± 1.00 (n 3) | 66.50 ± 1.00 (n 3) | 67.50 ± 1.00 (n 3) | 71.00 ± 1.00 (n 3) |" in table
+    assert "| 1000 | 71.50 ± 0.71 (n 2) |" in table
+    assert "At step 1000, seeds 0, 1:" in table
+    assert "| MLM | +5.00, +5.00 (mean +5.00) | holds (p < 0.001) | +0.00, +0.00 (mean +0.00) | cannot tell: below " \
+           "the minimum effect (p 1.000); dev: cannot tell: below the minimum effect (p 1.000) |" in table
+    assert "| ConSERT | +0.50, +0.50 (mean +0.50) | cannot tell: below the minimum effect (p < 0.001) |" in table
+    assert "TSDAE 0.100 s (17 min per 10,000 steps)" in table  # the median: one slow point does not move it
+    assert (results / "curves.png").exists() or importlib.util.find_spec("matplotlib") is None

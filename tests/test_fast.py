@@ -54,6 +54,25 @@ def pairs_batch(minilm_path, sts_sentences) -> dict[str, torch.Tensor]:
     return batch
 
 
+def test_the_docstring_names_where_each_piece_is_chosen_and_tested():
+    """speedups/fast.py's table names every script that builds a fast piece, and its tests the file that holds them."""
+    from pathlib import Path
+
+    root, doc = Path(__file__).resolve().parents[1], fast.__doc__
+    table = doc[doc.index("chosen where"):doc.index("what each saves")]
+    pieces = ("PackedBert", "SparseLookupPackedBert", "PackedDecoder")
+    for path in [*root.glob("*.py"), *root.glob("*/*.py")]:
+        where = path.relative_to(root).with_suffix("").as_posix()
+        code = "\n".join(line for line in path.read_text(encoding="utf-8").splitlines() if not line.lstrip().startswith(
+            ("#", '"', "'")))  # calls, not prose
+        if where.split("/")[0] not in ("tests", "bench", "docs", "course") and any(f"fast.{c}" in code for c in pieces):
+            assert where in table, where
+    for tested in ("FusedAttention", "PackedBert", "PackedDecoder", "SentenceVectorAttention", "VocabularyCrossEntropy"):
+        files = [name for name in ("test_fast", "test_model", "test_cuda") if f"tests/{name}.py" in doc
+                 and f"fast.{tested}" in (root / "tests" / f"{name}.py").read_text(encoding="utf-8")]
+        assert files, tested
+
+
 @pytest.mark.parametrize("tie, normalisation", [(True, "tokens"), (True, "sentence"), (False, "tokens")])
 def test_tsdae_fast_equals_plain_loss_and_gradients(minilm_path, pairs_batch, tie, normalisation):
     plain, quick = tsdae_objectives(minilm_path, tie, normalisation)

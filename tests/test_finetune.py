@@ -285,6 +285,13 @@ def test_bad_flags_and_dev_files_fail_in_one_line(files, tmp_path):
     assert stopped.value.code == 2
 
 
+def test_fine_tuning_has_no_plain_flag(capsys):
+    """Fine-tuning has one path (no speedups/fast.py pieces), so it has no --plain to leave it by."""
+    with pytest.raises(SystemExit) as stopped:
+        finetune_train.parse_args(["--pairs", "x.tsv", "--plain"])
+    assert stopped.value.code == 2 and "unrecognized arguments: --plain" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------
 # The optimiser and the schedule: sentence-transformers' fit
 
@@ -299,7 +306,7 @@ def test_the_schedule_and_the_optimizer_are_those_of_sentence_transformers_fit(s
     import math
 
     import train
-    from lib import experiment
+    import experiment
     from sentence_transformers import SentenceTransformer
     from transformers import get_linear_schedule_with_warmup
 
@@ -323,6 +330,78 @@ def test_the_schedule_and_the_optimizer_are_those_of_sentence_transformers_fit(s
     assert settings.weight_decay == fit["weight_decay"].default and settings.grad_clip == fit["max_grad_norm"].default
 
 
+def test_epochs_with_a_short_last_batch_decay_as_sentence_transformers_fit_schedules_them(tiny_model_dir, tmp_path,
+                                                                                        monkeypatch):
+    """README's 175 pairs, batch 16, 3 epochs: fit (6.2) schedules rows // batch * epochs = 30 steps while its trainer
+    trains every batch, the short last one too (ceil: 33 steps): the lr reaches 0 at step 30, warm-up over
+    ceil(10% of the 33) steps, as its examples set warmup_steps."""
+    import dataclasses
+    import inspect
+    import math
+
+    import train
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.training_args import SentenceTransformerTrainingArguments
+    from transformers import get_linear_schedule_with_warmup
+
+    fit = inspect.getsource(SentenceTransformer.fit)  # the oracle's own arithmetic, as installed
+    assert "len(train_dataset) // batch_size" in fit and "int(steps_per_epoch * epochs)" in fit
+    drop_last = {f.name: f.default for f in dataclasses.fields(SentenceTransformerTrainingArguments)}
+    assert drop_last["dataloader_drop_last"] is False  # the short last batch trains
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("sentence1\tsentence2\tscore\n" + "".join(f"sentence {i}\tanother {i}\t{i % 5}\n" for i in range(175)),
+                     encoding="utf-8")
+    runs = []
+    monkeypatch.setattr(train, "train", lambda encoder, objective, loader, run, device: runs.append(run))
+    finetune_train.main(["--pairs", str(pairs), "--model", str(tiny_model_dir), "--out", str(tmp_path / "out"),
+                         "--batch-size", "16", "--epochs", "3", "--score-range", "0,5"])
+    (run,) = runs
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=1.0)
+    schedule = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=math.ceil(0.1 * 33), num_training_steps=30)
+    theirs = []
+    for _ in range(33):
+        theirs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    assert run.steps == 33 and theirs[29] > 0 == theirs[30]
+    assert [train.lr_factor(step, run) for step in range(33)] == pytest.approx(theirs, abs=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "roberta", "electra", "mpnet", "modernbert"])
+def test_weight_decay_skips_the_parameters_sentence_transformers_fit_skips(kind, minilm_path, tmp_path):
+    """fit's rule (any name with "bias", "LayerNorm.bias" or "LayerNorm.weight", as transformers names the
+    parameter), on every family with its masked-LM head: MPNet's relative_attention_bias is not decayed,
+    ModernBERT's and DistilBERT's norm weights are."""
+    import inspect
+
+    from sentence_transformers import SentenceTransformer
+    from test_architectures import write_checkpoint
+    from transformers import AutoModelForMaskedLM
+
+    import train
+    from lib.weights import ARCHITECTURES
+    from model import load_bert
+
+    assert 'no_decay = ["bias", "LayerNorm.bias", "LayerNorm.weight"]' in inspect.getsource(SentenceTransformer.fit)
+    write_checkpoint(kind, tmp_path / kind, minilm_path, with_head=True)
+    theirs = {name.removeprefix(ARCHITECTURES[kind].prefix): "decay" if not any(part in name for part in train.NO_DECAY)
+              else "no decay" for name, _ in AutoModelForMaskedLM.from_pretrained(tmp_path / kind).named_parameters()}
+    bert = load_bert(tmp_path / kind)
+    settings = train.TrainSettings(out=tmp_path, steps=1, lr=1.0, weight_decay=0.01)
+    decay, no_decay = (group["params"] for group in train.make_optimizer(bert, settings, torch.device("cpu")).param_groups)
+    names = train.fit_names(bert)
+    fused = lambda name: re.sub(r"\.Wqkv\.[qkv]\.", ".Wqkv.", name)  # ModernBERT's q, k, v: one Wqkv in transformers
+    ours = {fused(names[p]): "decay" for p in decay} | {fused(names[p]): "no decay" for p in no_decay}
+    assert ours.items() <= theirs.items()  # each of ours a transformers parameter, decayed as fit decays it
+    assert set(theirs) - set(ours) <= {"cls.predictions.decoder.weight", "generator_lm_head.weight",
+                                       "lm_head.decoder.weight", "vocab_projector.weight", "decoder.weight"}  # tied
+    if kind == "mpnet":
+        assert ours["encoder.relative_attention_bias.weight"] == "no decay"
+    if kind == "modernbert":
+        assert ours["layers.1.attn_norm.weight"] == ours["final_norm.weight"] == "decay"
+
+
 # ----------------------------------------------------------------------------
 # What the file holds and the command does not use, or should not get
 
@@ -337,10 +416,24 @@ def test_columns_the_command_does_not_read_are_named_in_one_line(tmp_path, capsy
 
 
 @pytest.mark.quick
+def test_a_one_line_error_that_echoes_a_4_kb_header_is_cut_to_its_start_and_end(tmp_path):
+    path = tmp_path / "wide.tsv"
+    columns = [f"column_{i:03d}" for i in range(400)]  # 4,399 characters of header
+    path.write_text("\t".join(columns) + "\n" + "\t".join("x" * 400) + "\n", encoding="utf-8")
+    message = one_line_error("--pairs", path, "--out", tmp_path / "out")
+    assert len(message) < 350 and message.startswith(f"error: {path}: want the columns ")
+    assert "column_000, column_001" in message and message.endswith("column_398, column_399")
+    assert re.search(r" \[\.\.\. [\d,]+ characters \.\.\.\] ", message)
+
+
+@pytest.mark.quick
 @pytest.mark.parametrize("loss", ["cosine", "cosent"])
 def test_a_score_outside_the_score_range_is_refused_with_its_line(tmp_path, loss):
     path = tmp_path / "scored.tsv"
     path.write_text("sentence1\tsentence2\tscore\na\tb\t4.5\n\nc\td\t-0.4\n", encoding="utf-8")
     message = one_line_error("--pairs", path, "--loss", loss, "--score-range", "0,5", "--out", tmp_path / "out")
     assert message == f"error: {path} line 4: score '-0.4' is outside the score range 0,5"
+    path.write_text("sentence1\tsentence2\tscore\na\tb\t5\nc\td\t0\ne\tf\t5.25\n", encoding="utf-8")  # above the top
+    message = one_line_error("--pairs", path, "--loss", loss, "--score-range", "0,5", "--out", tmp_path / "out")
+    assert message == f"error: {path} line 4: score '5.25' is outside the score range 0,5"  # 0 and 5 themselves pass
     assert not (tmp_path / "out").exists()

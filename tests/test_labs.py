@@ -1,8 +1,11 @@
-"""The labs of LABS.md (labs/), each off by default: the masked token cutoff (lab 1), noise drawn once (lab 2), shared
-dropout masks (lab 3), SimCSE without dropout (lab 4), a decoder that reads the token states (lab 5); and lab 6's
-finding, that the two loss normalisations train alike when every step is clipped."""
+"""The labs of LABS.md (labs/), each its own entry point beside the paper's scripts: the masked token cutoff (lab 1),
+noise drawn once (lab 2), shared dropout masks (lab 3), a decoder that reads the token states (lab 5); SimCSE without
+dropout (lab 4), flags of ConSERT itself; and lab 6's finding, that the two loss normalisations train alike when every
+step is clipped."""
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ from labs.shared_dropout import SharedDropoutConSERTLoss
 from labs.token_memory import TokenMemoryTSDAELoss, TokenStates
 from consert import ConSERTLoss, View
 from model import Bert, MultiHeadAttention, SentenceEncoder
+from speedups import fast
 from lib.weights import load_tokenizer
 from lib.corpus import read_corpus
 from lib import errors
@@ -120,14 +124,22 @@ def test_shared_dropout_makes_the_two_simcse_views_one_tensor(tiny_model_dir, sm
 
 
 def test_shared_dropout_is_for_two_simcse_views_only(tiny_model_dir, capsys):
+    """labs/shared_dropout.py runs consert_train with its objective, which takes the views simcse and simcse only;
+    `python consert.py`, the paper's script, has no lab flag."""
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
-    with pytest.raises(ValueError, match="simcse and simcse"):
+    with pytest.raises(ValueError, match="choose from simcse"):
         SharedDropoutConSERTLoss(encoder, (View("simcse"), View("shuffle")))
-    args = consert_train.parse_args(["--corpus", "x", "--view1", "simcse", "--view2", "simcse", "--shared-dropout"])
-    assert args.shared_dropout and consert_train.stages(args)[0].dropout
-    with pytest.raises(SystemExit):
-        consert_train.parse_args(["--corpus", "x", "--view1", "none", "--view2", "simcse", "--shared-dropout"])
-    assert "--shared-dropout needs the views simcse and simcse" in capsys.readouterr().err
+    args = consert_train.parse_args(["--corpus", "x", "--view1", "simcse", "--view2", "simcse"], SharedDropoutConSERTLoss)
+    assert consert_train.stages(args)[0].dropout
+    for argv, lab, message in (
+            (["--view1", "none", "--view2", "simcse"], SharedDropoutConSERTLoss,
+             "SharedDropoutConSERTLoss: unknown view in ['none', 'simcse']; choose from simcse"),
+            (["--view1", "simcse", "--view2", "simcse", "--micro-batch", "2"], SharedDropoutConSERTLoss, "--micro-batch"),
+            (["--view1", "none", "--view2", "token_cutoff_masked"], ConSERTLoss, "invalid choice: 'token_cutoff_masked'"),
+            (["--view1", "simcse", "--view2", "simcse", "--shared-dropout"], ConSERTLoss, "unrecognized arguments")):
+        with pytest.raises(SystemExit):
+            consert_train.parse_args(["--corpus", "x", *argv], lab)
+        assert message in capsys.readouterr().err, argv
 
 
 def test_simcse_without_dropout_is_two_none_views_with_the_dropout_off():
@@ -178,25 +190,43 @@ def test_the_token_memory_loss_reads_the_states_the_vector_loss_never_sees(tiny_
         assert abs(vector(batch).item() - losses[0]) > 1e-4
 
 
-def test_the_lab_flags_train(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
-    """--decoder-memory tokens --noise-once: two steps on the plain path (speedups/fast.py's decoder reads one vector)."""
-    seen = {}
+def test_the_tsdae_labs_train_from_their_own_entry_points(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
+    """labs/token_memory.py and labs/noise_once.py: two steps each of `python tsdae.py`'s run with the lab's piece;
+    the token memory on the plain path (speedups/fast.py's decoder reads one vector), the noise once on the fast one."""
+    from labs import noise_once, token_memory
+
+    seen = []
     real_train = train.train
 
     def spy(encoder, objective, loader, settings, device):
-        seen["objective"], seen["dataset"] = objective, loader.dataset
+        seen.append((objective, loader.dataset))
         return real_train(encoder, objective, loader, settings, device)
 
     monkeypatch.setattr(train, "train", spy)
-    tsdae_train.main(["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--out", str(tmp_path),
-                      "--steps", "2", "--batch-size", "4", "--save-every", "0", "--decoder-memory", "tokens",
-                      "--noise-once"])
-    assert type(seen["objective"]) is TokenMemoryTSDAELoss
-    assert type(seen["objective"].decoder) is tsdae.TSDAEDecoder and type(seen["dataset"]) is NoiseOnceDataset
-    log = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    common = ["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--steps", "2", "--batch-size", "4",
+              "--save-every", "0"]
+    assert token_memory.main([*common, "--out", str(tmp_path / "tokens")]) == 0
+    assert noise_once.main([*common, "--out", str(tmp_path / "once")]) == 0
+    (tokens, plain_pairs), (vector, once) = seen
+    assert type(tokens) is TokenMemoryTSDAELoss and type(tokens.decoder) is tsdae.TSDAEDecoder
+    assert type(plain_pairs) is tsdae.DenoisingDataset and type(once) is NoiseOnceDataset
+    assert type(vector) is tsdae.TSDAELoss and type(vector.decoder) is fast.PackedDecoder
+    log = [json.loads(line) for line in (tmp_path / "tokens" / "log.jsonl").read_text().splitlines()]
     assert len(log) == 2 and all(torch.isfinite(torch.tensor(r["loss"])) for r in log)
     with pytest.raises(errors.UsageError, match="trained by TokenMemoryTSDAELoss"):
-        tsdae.load_decoder(tmp_path)
+        tsdae.load_decoder(tmp_path / "tokens")
+    with pytest.raises(SystemExit):  # the paper's script keeps only its own choices
+        tsdae_train.parse_args(["--corpus", "x", "--noise-once"])
+
+
+def test_a_lab_runs_as_a_script_with_the_methods_flags():
+    """`python labs/masked_cutoff.py --help`: the lab file runs from the repository root, with consert.py's flags and
+    its own view among the choices."""
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "labs/masked_cutoff.py", "--help"], cwd=root, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr
+    assert "token_cutoff_masked" in result.stdout and "--temperature" in result.stdout
 
 
 # ---------------------------------------------------------------- lab 6: the two loss normalisations under clipping

@@ -58,6 +58,20 @@ def test_attention_formula_equals_the_fused_kernel():
             f"{m}"))
 
 
+def test_the_other_families_pieces_come_after_berts_ideas():
+    """model.py reads as BERT first (sections 1-7); what MPNet and ModernBERT add is section 8, a later read."""
+    import inspect
+
+    import model
+
+    source = inspect.getsource(model)
+    later = source.index("# 8. A later read")
+    assert source.index("class SentenceEncoder(") < later
+    for piece in (model.PreNormEncoderLayer, model.RelativePositionBias, model.Rotary):
+        assert source.index(f"class {piece.__name__}(") > later, piece
+    assert "norm_first" not in inspect.getsource(model.EncoderLayer)  # BERT's layer is post-LayerNorm only
+
+
 def test_attention_with_fewer_keys_than_queries_and_dropout_on_the_probabilities():
     """Held back (assignments.HELD_BACK). 5 queries over 3 keys under a padding mask, against the softmax written
     out for one query at a time in float64. With dropout: with a single key a query's one probability is dropped

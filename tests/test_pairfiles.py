@@ -13,7 +13,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import average_precision_score
 
 import evaluate as ev
-from lib import selection
+import experiment
 from lib import cli, datafiles
 from lib.errors import CorpusError, UsageError
 from lib.weights import default_model_path
@@ -266,19 +266,19 @@ def test_eval_task_accepts_a_good_file_and_refuses_a_bad_one_in_one_line(tmp_pat
                        [["a cat", "a dog", 2.5], ["a car", "a road", 1], ["rain", "wind", 4]])
     pairs = write_table(tmp_path / "dev.csv", ["sentence1", "sentence2", "label"], [["a", "b", 1], ["c", "d", 0]])
     for task in (f"sts:{good}", f"pairs:{pairs}"):
-        selection.check_dev_task(task, tmp_path)  # no error
-        selection.check_dev_task(task, None)
-        assert selection.higher_is_better(task)
-        assert selection.dev_score(HashEncoder(), task, tmp_path) == ev.evaluate(HashEncoder(), [task], tmp_path)[task]
+        experiment.check_dev_task(task, tmp_path)  # no error
+        experiment.check_dev_task(task, None)
+        assert experiment.higher_is_better(task)
+        assert experiment.dev_score(HashEncoder(), task, tmp_path) == ev.evaluate(HashEncoder(), [task], tmp_path)[task]
     bad = write_table(tmp_path / "bad.tsv", ["sentence1", "sentence2", "label"], [["a", "b", 1], ["c", "d", 3]])
     with pytest.raises(UsageError) as refused:
-        selection.check_dev_task(f"pairs:{bad}", tmp_path)
+        experiment.check_dev_task(f"pairs:{bad}", tmp_path)
     assert str(refused.value) == f"--eval-task pairs:{bad}: {bad} line 3: label '3' is not 0 or 1 (graded scores: " \
                                  "evaluate them with sts:PATH)"
     with pytest.raises(UsageError, match=r"^--eval-task sts:\S*gone.tsv: missing file \S*gone.tsv \(sts:PATH"):
-        selection.check_dev_task(f"sts:{tmp_path / 'gone.tsv'}", tmp_path)
+        experiment.check_dev_task(f"sts:{tmp_path / 'gone.tsv'}", tmp_path)
     with pytest.raises(UsageError, match="choose one with dev data: .*rerank:PATH, sts:PATH, pairs:PATH$"):
-        selection.check_dev_task("sickr", None)
+        experiment.check_dev_task("sickr", None)
 
 
 # ---------------------------------------------------------------------------

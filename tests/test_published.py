@@ -2,6 +2,7 @@
 those files alone, byte for byte as they are committed and as the documents quote them, and the verdicts in them
 follow the rule docs/ablations.md writes down (here recomputed with scipy, apart from examples/arms.py)."""
 import importlib
+import importlib.util
 import json
 import re
 import shutil
@@ -18,6 +19,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import ablations  # noqa: E402
 import arms  # noqa: E402
+import domain_claim  # noqa: E402
 import lab_results  # noqa: E402
 import pretraining_claim  # noqa: E402
 import results  # noqa: E402
@@ -108,6 +110,20 @@ def test_the_claim_table_regenerates_from_its_scores(tmp_path, capsys):
     assert (tmp_path / "table.md").read_bytes() == (published / "table.md").read_bytes()
 
 
+def test_the_domain_claim_regenerates_from_its_scores(tmp_path, capsys):
+    """domain_claim.py --summary from the committed scores gives the committed table and figure, to the byte
+    (matplotlib is pinned), and README.md and EXPERIMENTS.md quote the table."""
+    published = ROOT / "docs" / "domain_claim"
+    shutil.copytree(published / "scores", tmp_path / "scores")
+    domain_claim.main(["--summary", "--results", str(tmp_path), "--out", str(tmp_path / "runs")])
+    capsys.readouterr()
+    assert (tmp_path / "table.md").read_bytes() == (published / "table.md").read_bytes(), \
+        "docs/domain_claim/table.md is stale"
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / "curves.png").read_bytes() == (published / "curves.png").read_bytes(), \
+            "docs/domain_claim/curves.png is stale"
+
+
 @pytest.mark.parametrize("script, folder, tables", [(results, "results", results.EXPERIMENTS),
                                                     (lab_results, "labs", list(lab_results.LABS))])
 def test_the_readme_and_lab_tables_regenerate_from_their_scores(script, folder, tables, tmp_path, capsys):
@@ -135,6 +151,7 @@ def test_the_documents_quote_each_table_as_written():
         for path, command, text in quoted_tables((ROOT / document).read_text(encoding="utf-8")):
             assert text == (ROOT / path).read_text(encoding="utf-8"), f"{document} quotes a stale {path}"
             script = {"docs/results": "examples/results.py", "docs/pretraining_claim": "examples/pretraining_claim.py",
+                      "docs/domain_claim": "examples/domain_claim.py",
                       "docs/labs": "examples/lab_results.py",
                       "bench/results": f"bench/{bench_script(path)}.py --summary {Path(path).with_suffix('.json')}"}
             assert command.startswith(f"python {script[str(Path(path).parent)]}"), f"{document}: {path} by {command}"
@@ -142,6 +159,7 @@ def test_the_documents_quote_each_table_as_written():
     for name in results.EXPERIMENTS:
         assert any(path == f"docs/results/{name}.md" for _, path in seen), f"no document quotes docs/results/{name}.md"
     assert ("examples/EXPERIMENTS.md", "docs/pretraining_claim/table.md") in seen
+    assert {("README.md", "docs/domain_claim/summary.md"), ("examples/EXPERIMENTS.md", "docs/domain_claim/table.md")} <= seen
     assert {("LABS.md", f"docs/labs/{lab}.md") for lab in lab_results.LABS} <= seen, "LABS.md quotes every lab's table"
     for record in BENCH_RESULTS.glob("*.json"):
         assert any(path == f"bench/results/{record.stem}.md" for _, path in seen), f"no document quotes {record.stem}.md"

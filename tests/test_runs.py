@@ -12,7 +12,7 @@ import pytest
 
 import consert_train
 import train
-from lib import selection
+import experiment
 from lib.run import RunFolder, finished, read_progress
 import tsdae_train
 from lib import datafiles
@@ -129,6 +129,88 @@ def test_a_kill_between_the_two_renames_of_a_save_leaves_a_resumable_run(tiny_mo
     assert folder_bytes(run / "model")["model.safetensors"] == folder_bytes(tmp_path / "straight" / "model")["model.safetensors"]
 
 
+@pytest.fixture(scope="module")
+def wide_tiny_model(tmp_path_factory, minilm_path) -> Path:
+    """One 128-wide layer with dropout: wide enough that a batch's cross-attention rows (N x 128 numbers) pass the
+    32768 above which PyTorch parallelises a CPU kernel, small enough to train in seconds."""
+    import torch
+
+    from lib import weights
+    from model import Bert, BertConfig
+
+    cfg = BertConfig(hidden_size=128, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+                     max_position_embeddings=64, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("wide") / "model"
+    SentenceEncoder(Bert(cfg), weights.load_tokenizer(Path(minilm_path)), "cls", 32, source=Path(minilm_path)
+                    ).save_pretrained(folder)
+    return folder
+
+
+def test_the_fast_tsdae_loss_adds_no_rows_of_its_gradient_atomically(wide_tiny_model, small_corpus):
+    """The cause of issue 56's drift: indexing a (B, h, d) tensor by each row's sentence (N rows, a sentence many
+    times) has a backward (IndexBackward0: index_put_ with accumulate) that adds on 2+ CPU threads with atomic adds
+    in whatever order the threads meet, so the same step gave gradients 1 ulp apart from run to run, and a resumed
+    run drifted from an uninterrupted one. No such node in the loss TSDAE trains (a boolean mask's x[keep] picks
+    each position once: nothing to add in an order)."""
+    import torch
+
+    args = tsdae_train.parse_args(["--corpus", str(small_corpus), "--model", str(wide_tiny_model), "--batch-size", "8"])
+    objective = tsdae_train.build_objective(args)
+    loader = tsdae_train.pair_loader(open_corpus(small_corpus), objective.encoder, args, torch.device("cpu"))
+    loss = objective.train()(next(iter(loader)))
+    seen, todo = set(), [loss.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            todo += [child for child, _ in node.next_functions]
+    assert "IndexSelectBackward0" in {type(node).__name__ for node in seen}  # the rows are gathered, by index_select
+    assert "IndexBackward0" not in {type(node).__name__ for node in seen}
+
+
+def test_many_kill_9s_at_random_moments_resume_to_the_bits_of_an_uninterrupted_run(wide_tiny_model, small_corpus,
+                                                                                    tmp_path):
+    """python tsdae.py killed (SIGKILL: nothing saved on the way out) at random moments, 10 times, each time
+    continued with --resume, on 2 threads: the same losses, weights and decoder as a run never killed."""
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    command = [sys.executable, str(root / "tsdae.py"), "--corpus", str(small_corpus), "--model", str(wide_tiny_model),
+               "--batch-size", "16", "--lr", "1e-3", "--steps", "40", "--save-every", "3"]
+    subprocess.run(command + ["--out", str(tmp_path / "straight")], env=env, check=True, capture_output=True)
+    out, rng, kills = tmp_path / "killed", random.Random(0), 0
+    lines = lambda log: log.read_text(encoding="utf-8").count("\n") if log.exists() else 0
+    while True:
+        again = ["--resume"] if (out / "checkpoint").exists() else ["--overwrite"]
+        run = subprocess.Popen(command + ["--out", str(out), *again], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+        if kills < 10:  # once it trains past where the last one was killed, at a random moment of the next steps
+            logged = lines(out / "log.jsonl")
+            while run.poll() is None and lines(out / "log.jsonl") <= logged:
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0, 0.3))
+            if run.poll() is None:
+                run.send_signal(signal.SIGKILL)
+                kills += 1
+        _, err = run.communicate()
+        if run.returncode == 0:
+            break
+        assert run.returncode == -signal.SIGKILL, err
+    assert kills == 10 and logged_steps(out) == list(range(1, 41))
+    losses = lambda folder: [json.loads(line)["loss"] for line in (folder / "log.jsonl").read_text().splitlines()]
+    assert losses(out) == losses(tmp_path / "straight")
+    for folder in ("model", "decoder"):
+        ours, theirs = folder_bytes(out / folder), folder_bytes(tmp_path / "straight" / folder)
+        assert {n: b for n, b in ours.items() if n.endswith(".safetensors")} == \
+               {n: b for n, b in theirs.items() if n.endswith(".safetensors")}, folder
+
+
 # ---------------------------------------------------------------- a corpus edited under a run
 
 
@@ -167,7 +249,7 @@ def test_log_alignment_reads_sts_b_dev_never_test(monkeypatch, data_dir):
     real_load = datafiles.load_stsb
     monkeypatch.setattr(datafiles, "load_stsb", lambda path: read.append(Path(path).name) or real_load(path))
     args = Namespace(eval_task=None, eval_data=str(data_dir), log_alignment=True)
-    selection.training_evaluation(args, None)
+    experiment.training_evaluation(args, None)
     assert read == ["sts-dev.csv"]
 
 

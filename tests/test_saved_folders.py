@@ -137,3 +137,29 @@ def test_a_pooling_config_of_sentence_transformers_5_is_read(minilm_path, tmp_pa
     shutil.copytree(minilm_path, folder)
     (folder / "1_Pooling" / "config.json").write_text(json.dumps({"embedding_dimension": 384, "pooling_mode": "cls"}))
     assert SentenceEncoder.from_pretrained(folder).pooling == "cls"
+
+
+def with_null_pad_id(source: Path, folder: Path) -> Path:
+    shutil.copytree(source, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "pad_token_id": None}))
+    return folder
+
+
+def test_a_config_whose_pad_token_id_is_null_runs_as_in_transformers(tiny_model_dir, small_corpus, minilm_path,
+                                                                     tmp_path):
+    """transformers runs such a config (no padding row; its tokenizer pads with [PAD]): we pad with the tokenizer's
+    [PAD] too, to sentence-transformers' vectors, train on it, and a saved folder keeps the null. RoBERTa counts its
+    positions from the pad id and transformers fails on a null one: one line."""
+    folder = with_null_pad_id(tiny_model_dir, tmp_path / "null")
+    ours = SentenceEncoder.from_pretrained(folder)
+    assert ours.bert.cfg.pad_token_id == 0  # the tokenizer's [PAD]
+    theirs = st_model(folder).encode(SENTENCES, convert_to_tensor=True)
+    assert (ours.encode(SENTENCES) - theirs).abs().max() < 1e-5
+    tsdae_train.main(["--corpus", str(small_corpus), "--model", str(folder), "--out", str(tmp_path / "run"),
+                      "--batch-size", "4", "--steps", "1", "--save-every", "0"])
+    assert json.loads((tmp_path / "run" / "model" / "config.json").read_text())["pad_token_id"] is None
+    write_checkpoint("roberta", tmp_path / "roberta", minilm_path)
+    with pytest.raises(ModelLoadError, match=r"^\S+config.json: pad_token_id is null, but roberta's positions count "
+                                             r"from it \(transformers fails on it too\); set it"):
+        SentenceEncoder.from_pretrained(with_null_pad_id(tmp_path / "roberta", tmp_path / "roberta-null"))

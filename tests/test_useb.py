@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import evaluate as ev
-from lib import selection
+import experiment
 from test_evaluate import HashEncoder  # a fixed pseudo-random 8-d vector per text
 from test_evaluate import cli_error  # python evaluate.py ARGV's one-line error, as cli.run gives it
 from lib import useb as useb_files
@@ -455,4 +455,4 @@ def test_model_selection_scores_the_valid_split(useb_data, task):
     useb.run_on(..., "valid"); on this data the test split scores differently, so reading it would show."""
     valid, test = (ev.evaluate(GridEncoder(), [task], useb_data, split=split)[task] for split in SPLITS)
     assert valid != test
-    assert selection.dev_score(GridEncoder(), task, useb_data) == valid
+    assert experiment.dev_score(GridEncoder(), task, useb_data) == valid

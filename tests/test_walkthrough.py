@@ -1,9 +1,11 @@
-"""The walkthrough stays true (issue 47): docs/walkthrough.py (jupytext's percent format, the reviewed source) runs
-from a fresh kernel, its asserts checking the numbers it states (the vectors equal transformers', the per-token
-terms average to TSDAELoss, the decoder reads nothing but the vector, the loss read off the similarity matrix is
-nt_xent's); and the committed docs/walkthrough.ipynb is that source, run: the same cells, each with its outputs,
-in one run from top to bottom, small enough to read on the repository's web page, its run time and size as the
-README states them.
+"""The walkthrough stays true (issues 47 and 53): docs/walkthrough.py (jupytext's percent format, the reviewed
+source) runs from a fresh kernel, its asserts checking the numbers it states (the vectors equal transformers', the
+decoder's weights are the encoder's but for the cross-attention, the per-token terms average to TSDAELoss, the
+decoder reads nothing of the encoder's but the vector, the adversarial view raises NT-Xent; after the full
+training, the rebuilt sentences share content words with their own); and the committed docs/walkthrough.ipynb is
+that source, run: the same cells, each with its outputs, in one run from top to bottom, the TSDAE section's
+reconstructions and the domain claim's learning curve among them, small enough to read on the repository's web
+page, its run time and size as the README states them.
 
 Rebuild the notebook after editing the source: `make walkthrough-build`.
 """
@@ -42,6 +44,10 @@ def test_the_committed_notebook_is_the_source_run():
         f"the notebook's cells were not run once, top to bottom, in one kernel (execution counts {counts})")
     errors = [o for cell in code for o in cell.outputs if o.output_type == "error"]
     assert not errors, f"a committed cell ends in an error: {errors[0].ename}: {errors[0].evalue}"
+    text = "".join(o.get("text", "") for cell in code for o in cell.outputs)
+    assert "quick: False" in text, "the committed notebook is a quick run (WALKTHROUGH_QUICK): rebuild it"
+    assert "rebuilt sentences sharing a content word with their own original" in text, "no reconstructions shown"
+    assert "scored at steps" in text, "the domain claim's learning curve is missing (docs/domain_claim/scores/)"
     figures = sum("image/png" in o.get("data", {}) for cell in code for o in cell.outputs)
     assert figures >= MIN_FIGURES, f"the notebook shows {figures} figures; the walkthrough promises {MIN_FIGURES}"
     size = NOTEBOOK.stat().st_size

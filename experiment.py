@@ -1,5 +1,7 @@
-"""What every experiment does, written once. The `main` of tsdae_train.py, consert_train.py, finetune_train.py and
-baselines/mlm.py reads its inputs, then calls these steps in order, then train.train itself:
+"""What every experiment does, written once: above train.py and the methods, below the scripts. The `main` of
+tsdae_train.py, consert_train.py, finetune_train.py and baselines/mlm.py reads its inputs, then calls these steps
+in this order, each the ones it needs (the masked-LM baseline keeps nothing out and selects nothing), then
+train.train itself:
 
   check_run         before anything is loaded: --eval-task has dev data, --device exists, OUT is free
   hold_out          --heldout N: the items kept out of training, said in one line
@@ -9,6 +11,11 @@ baselines/mlm.py reads its inputs, then calls these steps in order, then train.t
   settings          train.TrainSettings: the method's recipe, and what the common flags say (FIT: sentence-
                     transformers' recipe, which fine-tuning follows; CONSERT_FIT: the official ConSERT code's)
   say_start, say_done   the run's first and last line
+
+and what model selection reads (--eval-task; lib/selection.py keeps the best encoder and stops early):
+  DEV_TASKS, check_dev_task   the scores selection may read: a task's dev data, never its test data
+  dev_score, higher_is_better  --eval-task's score of an encoder, and its direction
+  training_evaluation         what the selection flags (lib/cli.add_selection_arguments) ask each evaluation for
 
 What is left in each script is its own: its flags, its objective, its batches (and ConSERT's stage table).
 """
@@ -21,8 +28,10 @@ from typing import Callable, Sequence
 import torch
 
 import data
+import evaluate
 import train
-from lib import cli, corpus, distributed, selection
+from lib import cli, corpus, datafiles, distributed, selection, taskfiles
+from lib.errors import CorpusError, UsageError
 from lib.weights import default_model_path
 from model import Bert, SentenceEncoder
 
@@ -40,8 +49,9 @@ def check_run(args: argparse.Namespace) -> torch.device:
     """What every run checks once its inputs are read, before a model is loaded or a file written: --eval-task has
     dev data (and, with --eval-data, its files are there), --device is one this machine has, OUT holds no run (or
     --resume / --overwrite says what to do with it). Returns the device."""
-    selection.check_dev_task(args.eval_task, args.eval_data)
+    check_dev_task(args.eval_task, args.eval_data)
     device = cli.device(args.device)
+    cli.say_if_amp_is_slow(device, args.amp)
     cli.check_out_folder(Path(args.out), args.resume, args.overwrite)
     return device
 
@@ -98,9 +108,9 @@ def settings(args: argparse.Namespace, batches: torch.utils.data.DataLoader, car
     """train.TrainSettings of a run: `steps`, else `epochs` passes over the loader's `batches`, at peak `lr`, with the
     method's `recipe` (its optimiser's settings, what it saves beside model/) and what the common flags say: OUT
     (or `out`), --resume (or `resume`), --amp, --save-every, and the evaluation the selection flags ask for
-    (lib.selection.training_evaluation; with `eval_pooling`, the same weights pooled so for scoring), its best
+    (training_evaluation; with `eval_pooling`, the same weights pooled so for scoring), its best
     encoder kept in best/."""
-    eval_fn, log_fn = selection.training_evaluation(args, heldout)
+    eval_fn, log_fn = training_evaluation(args, heldout)
     if eval_fn and eval_pooling:
         score = eval_fn
         eval_fn = lambda enc: score(SentenceEncoder(enc.bert, enc.tokenizer, eval_pooling, enc.max_length, enc.source))
@@ -108,17 +118,94 @@ def settings(args: argparse.Namespace, batches: torch.utils.data.DataLoader, car
         out=Path(out or args.out), steps=steps or epochs * len(batches.batch_sampler), lr=lr, amp=args.amp,
         save_every=args.save_every, resume=args.resume if resume is None else resume, eval_every=args.eval_every,
         eval_fn=eval_fn, log_fn=log_fn, keep_best=eval_fn is not None,
-        higher_is_better=selection.higher_is_better(args.eval_task), card=card, **recipe)
+        higher_is_better=higher_is_better(args.eval_task), card=card, **recipe)
 
 
 def say_start(what: str, run: train.TrainSettings, args: argparse.Namespace, device: torch.device) -> None:
     """The run's first line: what trains, how many steps of how many items, where, and into which folder."""
     if distributed.rank() == 0:
         print(f"{what}: {run.steps} steps of {args.batch_size} at lr {run.lr:g} on {distributed.world_size()} x "
-              f"{device}{' (plain path)' if args.plain else ''}; saving to {run.out}")
+              f"{device}{' (plain path)' if getattr(args, 'plain', False) else ''}; saving to {run.out}")
 
 
 def say_done(out: Path, note: str) -> None:
     """The run's last line: where its encoder is."""
     if distributed.rank() == 0:
         print(f"done: encoder saved to {Path(out) / 'model'} ({note})")
+
+
+# ----------------------------------------------------------------------------
+# Model selection's score: which dev data --eval-task may read (lib/selection.py: when, and what it keeps)
+
+
+def dev_score(encoder, task: str, data_dir: str | Path | None = None, batch_size: int = 64) -> float:
+    """The training scripts' model-selection score (--eval-task, one of DEV_TASKS or a file of your own): `task` on
+    its dev data (stsb-dev; USEB's valid split; your own rerank:PATH, sts:PATH or pairs:PATH, which ignore the
+    split)."""
+    check_dev_task(task, None)
+    return evaluate.evaluate(encoder, [task], data_dir, batch_size, split="valid")[task]
+
+
+# The tasks model selection may read (--eval-task): each has dev data of its own, and whether a higher score is
+# better. Any other task would select on its test data (stsb, sickr, sts12-16, askubuntu, align-uniform: no dev
+# split here; USEB's TwitterPara: its "valid" split is its test set). rerank:PATH, sts:PATH and pairs:PATH are the
+# user's own files (evaluate.py), taken as dev data, higher (MAP, Spearman, AP) better. The held-out signals need no
+# data folder: lines of the corpus (--heldout N).
+DEV_TASKS = {"stsb-dev": "higher", "useb-askubuntu": "higher", "useb-cqadupstack": "higher", "useb-scidocs": "higher",
+             "heldout-loss": "lower", "heldout-uniformity": "lower"}
+
+
+HELDOUT_TASKS = ("heldout-loss", "heldout-uniformity")
+
+
+def higher_is_better(task: str) -> bool:
+    """The direction of a dev task's score (DEV_TASKS; rerank:PATH, sts:PATH, pairs:PATH: higher)."""
+    return DEV_TASKS.get(task, "higher") == "higher"
+
+
+def check_dev_task(task: str | None, data_dir: str | Path | None) -> None:
+    """The training scripts' check of --eval-task before anything is loaded: a one-line UsageError when `task` has
+    no dev data (DEV_TASKS, or a file of yours: rerank:PATH, sts:PATH, pairs:PATH), or, with data_dir (the run will
+    evaluate) or a file of yours, when its dev files are not there, or when the file of sts:PATH or pairs:PATH is malformed (it is read
+    once here, so it fails now rather than at the first evaluation). None: no task."""
+    if task is None or task in HELDOUT_TASKS:
+        return
+    if task not in DEV_TASKS and taskfiles.own_file(task) is None:
+        why = ("USEB has no dev split for TwitterPara: its valid split is its test set" if task == "useb-twitterpara"
+               else "USEB's average includes TwitterPara, whose valid split is its test set" if task == "useb"
+               else "it has no dev data here, so selection would read its test data" if task in evaluate.TASKS or task == "all"
+               else f"unknown task {task!r}")
+        raise UsageError(f"--eval-task {task}: {why}; choose one with dev data: {', '.join(DEV_TASKS)}, or a file of "
+                         "your own: rerank:PATH, sts:PATH, pairs:PATH")
+    if data_dir is None and taskfiles.own_file(task) is None:  # nothing to check before the run evaluates
+        return
+    try:
+        names = evaluate.parse_tasks([task])
+    except ValueError as err:  # sts: with no file named
+        raise UsageError(f"--eval-task {task}: {err}") from None
+    problem = next(filter(None, (taskfiles.missing_file(t, Path(data_dir or ".")) for t in names)), None)
+    if problem:
+        raise UsageError(f"--eval-task {task}: {problem}")
+    try:
+        taskfiles.check_own_file(task)
+    except CorpusError as err:
+        raise CorpusError(f"--eval-task {task}: {err}") from None
+
+
+def training_evaluation(args: argparse.Namespace, heldout: selection.HeldOut | None) -> tuple[Callable | None, Callable | None]:
+    """(eval_fn, log_fn) for TrainSettings from the selection flags (cli.add_selection_arguments): the score of
+    --eval-task (None when nothing is evaluated), and {name: value} of what else each evaluation logs: the other
+    held-out signal (with --heldout), alignment and uniformity on STS-b dev (--log-alignment)."""
+    signals = heldout.signals() if heldout else {}
+    if args.eval_task in signals:
+        eval_fn = signals.pop(args.eval_task)
+    elif args.eval_task and (args.eval_data or taskfiles.own_file(args.eval_task)):  # your own file needs no folder
+        eval_fn = lambda encoder: dev_score(encoder, args.eval_task, args.eval_data)
+    else:
+        eval_fn = None
+    logged = [lambda encoder: {name: signal(encoder) for name, signal in signals.items()}] if signals else []
+    if args.log_alignment and args.eval_data:
+        pairs = datafiles.load_stsb(Path(args.eval_data) / "stsbenchmark" / "sts-dev.csv")
+        logged.append(lambda encoder: evaluate.alignment_uniformity(encoder, pairs))
+    log_fn = (lambda encoder: {k: v for log in logged for k, v in log(encoder).items()}) if logged else None
+    return eval_fn, log_fn
