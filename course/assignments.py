@@ -522,6 +522,18 @@ def judged_entries(number: int, results: list) -> list[dict]:
     return entries
 
 
+def judge_cases(with_held_back: bool) -> list:
+    """The judge's public cases, and the held-back ones (course/held_back.py) when asked and this copy holds them
+    (the teacher's and the zip's)."""
+    from course import judge
+
+    if not with_held_back or not (ROOT / "course" / "held_back.py").is_file():
+        return judge.public_cases()
+    from course import held_back
+
+    return judge.public_cases() + held_back.cases()
+
+
 def grade(numbers: list[int], repo: Path = ROOT, json_file: Path | None = None, with_held_back: bool = False,
           user: str | None = None, timeout: float | None = None) -> int:
     """Judge the given exercises (course/judge.py): each one's cases run in a worker of its own in `repo` (as `user`
@@ -530,7 +542,7 @@ def grade(numbers: list[int], repo: Path = ROOT, json_file: Path | None = None, 
     from course import judge
 
     check_markers(repo)
-    verdicts = judge.judge(numbers, repo, with_held_back, user, timeout=timeout or judge.WORKER_TIMEOUT)
+    verdicts = judge.judge(numbers, repo, judge_cases(with_held_back), user, timeout=timeout or judge.WORKER_TIMEOUT)
     if json_file:
         entries = [entry for number in numbers for entry in judged_entries(number, verdicts[number])]
         json_file.write_text(json.dumps({"score": sum(e["score"] for e in entries), "tests": entries}, indent=2)
@@ -626,7 +638,7 @@ def make_autograder(out: Path, numbers: list[int]) -> None:
         folder = Path(tmp)
         copy_repository(folder / "repo", blanked=True)
         shutil.rmtree(folder / "repo" / "tests")
-        judge.write_expected(folder / "repo" / judge.EXPECTED_FILE, judge.all_cases(with_held_back=True))
+        judge.write_expected(folder / "repo" / judge.EXPECTED_FILE, judge_cases(with_held_back=True))
         (folder / "run_autograder").write_text(RUN_AUTOGRADER.replace("EXERCISES", " ".join(map(str, numbers))))
         (folder / "setup.sh").write_text(SETUP)
         for script in ("run_autograder", "setup.sh"):

@@ -12,7 +12,7 @@ from course.judge import (AP_CASES, QUERIES, Case, attention_inputs, by_hand, ch
                           decoder_inputs, deletion_inputs, metrics_inputs, nt_xent_inputs, pool_inputs,
                           safetensors_files, saved, tsdae_inputs, view_inputs)
 
-MORE_AP = AP_CASES + [([1, 1, 0, 0], [0.3, 0.3, 0.3, 0.3]), ([0, 0, 1], [0.1, 0.9, 0.2])]
+MORE_AP = AP_CASES + [([1, 1, 0, 0], [0.3, 0.3, 0.3, 0.3], 2 / 4), ([0, 0, 1], [0.1, 0.9, 0.2], 1 / 2)]
 
 
 def cases() -> list[Case]:

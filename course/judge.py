@@ -14,11 +14,12 @@ pickle), and compares them with what it expects, here, in its own process. So:
 - each case calls one exercise's function, never another's (course/probes.py gives the others PyTorch's own or a
   small random module), so an exercise's score depends on that exercise alone.
 
-What a case expects comes from a library (PyTorch's fused attention, scikit-learn's average precision, the
-safetensors package), from a property the outputs must have (counts, order, uniformity over many draws), or from
-the reference solution's outputs on the same inputs: computed here when this repository holds the reference, else
-read from course/expected.frame, which make-student (public cases) and make-autograder (all) write. No case holds a
-reference body, and no case's expected value lies within the worker's reach.
+What a case expects comes from a library (PyTorch's fused attention, the safetensors package), from values worked
+out by hand (average precision, checked against scikit-learn's in the tests), from a property the outputs must have
+(counts, order, uniformity over many draws), or from the reference solution's outputs on the same inputs: computed
+here when this repository holds the reference, else read from course/expected.frame, which make-student (public
+cases) and make-autograder (all) write. No case holds a reference body, and no case's expected value lies within the
+worker's reach.
 """
 from __future__ import annotations
 
@@ -613,23 +614,24 @@ def check_nt_xent(answer: Answer, inputs: tuple[dict, Tensors], expected: Answer
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Exercise 9: ranking metrics. Expected: scikit-learn's average precision, and small lists worked out by hand
+# Exercise 9: ranking metrics. Expected: small lists worked out by hand (their AP checked against scikit-learn's in
+# tests/test_assignments.py)
 
 QUERIES = [([False, True, False, True], {"map": 0.5, "p@1": 0.0, "p@5": 0.4, "mrr": 0.5}),
            ([True, False, True], {"map": (1 + 2 / 3) / 2, "p@1": 1.0, "p@5": 0.4, "mrr": 1.0}),
            ([False, False, False, False, False, False, True], {"map": 1 / 7, "p@1": 0.0, "p@5": 0.0, "mrr": 1 / 7})]
-AP_CASES = [([1, 0, 1, 0, 0, 1], [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]),
-            ([0, 1, 1, 0, 1, 0], [0.5, 0.5, 0.5, 0.2, 0.9, 0.2])]  # ties: one cut-off per distinct score
+# (labels, scores, AP): AP = sum over the distinct scores, high to low, of (recall gained) * (precision there)
+AP_CASES = [([1, 0, 1, 0, 0, 1], [0.9, 0.8, 0.7, 0.6, 0.5, 0.4], (1 / 1 + 2 / 3 + 3 / 6) / 3),
+            # ties: one cut-off per distinct score: 0.9 -> recall 1/3 at precision 1; 0.5 -> recall 1 at 3/4
+            ([0, 1, 1, 0, 1, 0], [0.5, 0.5, 0.5, 0.2, 0.9, 0.2], 1 / 3 * 1 + 2 / 3 * 3 / 4)]
 
 
 def metrics_inputs(queries: list, ap: list) -> Callable[[], tuple[dict, Tensors]]:
-    return lambda: ({"queries": [q for q, _ in queries], "ap": ap}, {})
+    return lambda: ({"queries": [q for q, _ in queries], "ap": [(labels, scores) for labels, scores, _ in ap]}, {})
 
 
 def check_metrics(queries: list, ap: list) -> Callable:
     def check(answer: Answer, inputs: tuple[dict, Tensors], expected: Answer | None) -> str | None:
-        from sklearn.metrics import average_precision_score
-
         got = answer.values.get("queries", [])
         for (relevant, want), metrics in zip(queries, got):
             for name, value in want.items():
@@ -641,12 +643,11 @@ def check_metrics(queries: list, ap: list) -> Callable:
                             "mrr": " (1 / the rank of the first positive, ranks from 1)",
                             "p@1": " (is the first candidate a positive?)"}[name]
                     return f"{name} of {relevant}: {value_got}, expected {value:.6g}{hint}"
-        for (labels, scores), value in zip(ap, answer.values.get("ap", [])):
-            want = float(average_precision_score(labels, scores))
+        for (labels, scores, want), value in zip(ap, answer.values.get("ap", [])):
             if not math.isclose(value, want, abs_tol=1e-9):
                 tied = len(set(scores)) < len(scores)
                 hint = " (tied scores form one cut-off: take the whole group of equal scores at once)" if tied else ""
-                return f"average_precision({labels}, {scores}) = {value:.6g}, scikit-learn gives {want:.6g}{hint}"
+                return f"average_precision({labels}, {scores}) = {value:.6g}, expected {want:.6g}{hint}"
         if len(got) != len(queries) or len(answer.values.get("ap", [])) != len(ap):
             return "some results are missing"
         return None
@@ -867,31 +868,8 @@ def public_cases() -> list[Case]:
     ]
 
 
-def all_cases(with_held_back: bool) -> list[Case]:
-    """The public cases, and the held-back ones when asked and this copy holds them (the teacher's and the zip's)."""
-    cases = public_cases()
-    if with_held_back:
-        try:
-            from course import held_back
-        except ImportError:
-            return cases
-        cases += held_back.cases()
-    return cases
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Expected values from the reference
-
-
-def holds_reference(root: Path, number: int) -> bool:
-    """True when `root`'s exercise `number` is written (this repository: the reference solution)."""
-    from course import assignments
-
-    for name in assignments.SOURCES:
-        text = (root / name).read_text(encoding="utf-8")
-        if number in set(assignments.marker_lines(text).values()):
-            return assignments.blank(text, {number}) != text
-    return False
 
 
 _REFERENCE_ANSWERS: dict[str, Answer] = {}  # the reference's answers computed in this process, by case
@@ -916,9 +894,8 @@ class Expected:
 
     def compute(self, cases: list[Case]) -> None:
         """The reference's answers to every case that needs one and has none yet, in one worker on this repository
-        when it holds the reference."""
-        missing = [case for case in cases if case.reference and case.key not in self.answers
-                   and holds_reference(self.root, case.number)]
+        (where an exercise is blank its answers say "not written", and its cases do not run)."""
+        missing = [case for case in cases if case.reference and case.key not in self.answers]
         if self.root == ROOT:
             self.answers |= {case.key: _REFERENCE_ANSWERS[case.key] for case in missing
                              if case.key in _REFERENCE_ANSWERS}
@@ -972,11 +949,11 @@ def decide(case: Case, inputs: tuple[dict, Tensors], answer: Answer, want: Answe
     return Result(case, FAILED if problem else PASSED, problem or "")
 
 
-def judge(numbers: list[int], root: Path, with_held_back: bool = False, user: str | None = None,
+def judge(numbers: list[int], root: Path, cases: list[Case], user: str | None = None,
           expected: Expected | None = None, timeout: float = WORKER_TIMEOUT) -> dict[int, list[Result]]:
     """{exercise: the result of each of its cases}: the cases of each exercise in a worker of its own in `root`."""
     expected = expected or Expected(ROOT)
-    cases = [case for case in all_cases(with_held_back) if case.number in numbers]
+    cases = [case for case in cases if case.number in numbers]
     expected.compute(cases)
     results = {}
     for number in numbers:

@@ -737,7 +737,7 @@ def test_planted_mistakes_are_caught_and_their_messages_name_the_cause(monkeypat
     cases, public or held back; the messages name the cause for at least 40 (the table is printed: pytest -s)."""
     from course import judge
 
-    cases = judge.all_cases(with_held_back=True)
+    cases = assignments.judge_cases(with_held_back=True)
     expected = {case.key: in_process(case, case.inputs()) for case in cases if case.reference}
     rows, caught, named = [], 0, 0
     for number, module_name, qualified, old, new, cause in PLANTED:
@@ -760,3 +760,14 @@ def test_planted_mistakes_are_caught_and_their_messages_name_the_cause(monkeypat
         print("\n".join(rows))
     assert caught == len(PLANTED), [row for row in rows if "| NO |" in row]
     assert named >= 40, [row for row in rows if "| no |" in row]
+
+
+def test_the_judges_hand_worked_average_precisions_are_scikit_learns():
+    """Exercise 9's expected AP values (course/judge.py AP_CASES and the held-back ones) are written by hand, so that
+    the judge needs no scikit-learn at run time: each equals scikit-learn's."""
+    from sklearn.metrics import average_precision_score
+
+    from course import held_back
+
+    for labels, scores, ap in held_back.MORE_AP:
+        assert ap == pytest.approx(average_precision_score(labels, scores), abs=1e-12), (labels, scores)
