@@ -70,6 +70,11 @@ def make_parser() -> argparse.ArgumentParser:
                    help="the checkpoints the arms start from (--model: the stand-in's folder)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of every arm")
     p.add_argument("--up-to", type=int, help="train no point beyond this step in this call (the tables read all)")
+    p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS),
+                   help="train only these arms in this call (the tables read all)")
+    p.add_argument("--threads", type=int, default=2,
+                   help="CPU threads per training (1: two calls with different --seeds can share 2 cores; the cost "
+                        "line reads the 2-thread runs)")
     return p
 
 
@@ -136,7 +141,7 @@ def evaluation(model: str, folder: Path, args: argparse.Namespace, *more: str) -
             "--json", str(folder / "eval.json"), *more]
 
 
-def run_points(todo: list[Point], dry_run: bool) -> None:
+def run_points(todo: list[Point], dry_run: bool, threads: int = 2) -> None:
     """The cost estimate, then each point: train (resuming the arm), evaluate, and its scores file written from the
     run folder (arms.gather) with the training's seconds; a failed command stops the script (rerun to resume)."""
     cost = sum(EVAL_COST[p.start] + (STEP_COST[(p.start, p.method)] * (p.step - done_before(p)) if p.train else 0)
@@ -151,13 +156,13 @@ def run_points(todo: list[Point], dry_run: bool) -> None:
                 continue
             print(f"[{time.strftime('%H:%M:%S')}] {shown}", flush=True)
             t0 = time.perf_counter()
-            if subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "2"}).returncode != 0:
+            if subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": str(threads)}).returncode != 0:
                 raise SystemExit(f"error: this point failed: {shown} (rerun the script to resume)")
             seconds = seconds or time.perf_counter() - t0  # the training's (the first command's) seconds
         if not dry_run:
             record = gather(p.folder)
             if p.train:
-                record.update(step=p.step, from_step=done_before(p), seconds=round(seconds, 1))
+                record.update(step=p.step, from_step=done_before(p), seconds=round(seconds, 1), threads=threads)
             p.scores.parent.mkdir(parents=True, exist_ok=True)
             p.scores.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
@@ -214,27 +219,26 @@ def curve_table(found: dict, start: str, metric: str, seeds: list[int]) -> str:
     return "\n".join(lines)
 
 
-def last_step(found: dict, start: str, seeds: list[int]) -> tuple[int, list[int]] | None:
-    """The last step at which every method has at least two of the seeds scored, and those seeds."""
+def last_step(found: dict, start: str, seeds: list[int], methods: tuple[str, ...] = METHODS
+              ) -> tuple[int, list[int]] | None:
+    """The last step at which each of `methods` has at least two of the same seeds scored, and those seeds."""
     for step in reversed(STEPS[start]):
-        common = [s for s in seeds if all(s in found.get((start, m, step), {}) for m in METHODS)]
+        common = [s for s in seeds if all(s in found.get((start, m, step), {}) for m in methods)]
         if len(common) >= 2:
             return step, common
     return None
 
 
 def verdict_table(found: dict, start: str, seeds: list[int]) -> str:
-    """At the last step all methods reached: TSDAE - each other method, per seed, on TwitterPara AP and STS-b test,
-    with the verdict (and, for STS-b, the verdict on dev)."""
-    last = last_step(found, start, seeds)
-    if last is None:
-        return "(no step has every method at two seeds yet: no verdict)"
-    step, common = last
-    lines = [f"At step {step}, seeds {', '.join(map(str, common))}:", "",
-             "| TSDAE - | TwitterPara AP per seed (mean) | verdict | STS-b test per seed (mean) | verdict (test; dev) |",
-             "| --- | --- | --- | --- | --- |"]
+    """TSDAE - each other method at the last step both reached with two seeds or more, per seed, on TwitterPara AP
+    and STS-b test, with the verdict (and, for STS-b, the verdict on dev)."""
+    lines = ["| TSDAE - | at step (seeds) | TwitterPara AP per seed (mean) | verdict | STS-b test per seed (mean) "
+             "| verdict (test; dev) |", "| --- | --- | --- | --- | --- | --- |"]
     for other in METHODS[1:]:
-        row = [NAMES[other]]
+        if (last := last_step(found, start, seeds, ("tsdae", other))) is None:
+            continue
+        step, common = last
+        row = [NAMES[other], f"{step} ({', '.join(map(str, common))})"]
         for metric in METRICS:
             test = [score(found[(start, "tsdae", step)][s], metric) - score(found[(start, other, step)][s], metric)
                     for s in common]
@@ -245,16 +249,16 @@ def verdict_table(found: dict, start: str, seeds: list[int]) -> str:
                 shown += f"; dev: {verdict(dev)}"
             row += [per_seed(test), shown]
         lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines) if len(lines) > 2 else "(no method has two seeds at a step TSDAE reached: no verdict)"
 
 
 def cost_line(found: dict, start: str) -> str:
-    """The measured seconds per training step of each method: the median over its points of their training's
+    """The measured seconds per training step of each method: the median over its 2-thread points of their training's
     seconds over their steps (a point that only reloaded a finished run, or ran beside other work, moves it little)."""
     parts = []
     for method in METHODS:
         timed = [r["seconds"] / (r["step"] - r["from_step"]) for (s, m, step), runs in found.items()
-                 if s == start and m == method and step for r in runs.values()]
+                 if s == start and m == method and step for r in runs.values() if r.get("threads", 2) == 2]
         if timed:
             per_step = statistics.median(timed)
             parts.append(f"{NAMES[method]} {per_step:.3f} s ({10000 * per_step / 60:.0f} min per 10,000 steps)")
@@ -348,8 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         corpus.write_text("\n".join(twitter_sentences(Path(args.data))) + "\n", encoding="utf-8")
     everything = points(args, corpus)
     if not args.summary:
-        run_points([p for p in everything if not p.scores.exists() and (args.up_to is None or p.step <= args.up_to)],
-                   args.dry_run)
+        run_points([p for p in everything if not p.scores.exists() and (args.up_to is None or p.step <= args.up_to)
+                    and p.method in ("raw", *args.methods)], args.dry_run, args.threads)
     if args.dry_run:
         return 0
     found = load(everything)
