@@ -440,6 +440,16 @@ def view_inputs(seed: int, times: int, function: str = "", rate: float = 0.0) ->
     return make
 
 
+def same_every_call(ys: torch.Tensor) -> bool:
+    """True when the calls' outputs (times, ...) are all one."""
+    return len({str(y.tolist()) for y in ys}) < 2
+
+
+def uneven(counts: torch.Tensor, mean: float) -> bool:
+    """True when a count lies further from the uniform mean than chance allows: 5 sd (Poisson: sqrt(mean)) + 2."""
+    return bool(((counts - mean).abs() > 5 * math.sqrt(mean) + 2).any())
+
+
 def check_cutoff(kind: str, uniform: bool = False) -> Callable:
     def check(answer: Answer, inputs: tuple[dict, Tensors], expected: Answer | None) -> str | None:
         args, t = inputs
@@ -471,12 +481,10 @@ def check_cutoff(kind: str, uniform: bool = False) -> Callable:
                     all(torch.equal(columns[i, 0], columns[i, 1]) for i in range(columns.shape[0])):
                 return "every sentence loses the same columns: choose them per sentence"
             counts = columns.sum(0).double().flatten()
-        if len({str(c.tolist()) for c in cut}) < 2:
+        if same_every_call(cut):
             return "every call cuts the same: draw afresh on each call"
-        if uniform:
-            mean = counts.mean()
-            if ((counts - mean).abs() > 5 * mean.sqrt() + 2).any():
-                return "some tokens or features are cut far more often than others: each must be equally likely"
+        if uniform and uneven(counts, float(counts.mean())):
+            return "some tokens or features are cut far more often than others: each must be equally likely"
         return None
     return check
 
@@ -496,13 +504,12 @@ def check_shuffle(uniform: bool = False) -> Callable:
                 return f"sentence {b}'s real tokens must get the positions 0..{n - 1}, each once"
             if not torch.equal(pad, torch.arange(n, L).expand_as(pad)):
                 return "padding must keep its own positions (n, n+1, ...)"
-        if len({str(y.tolist()) for y in ys}) < 2:
+        if same_every_call(ys):
             return "every call gives the same order: draw afresh on each call"
         if uniform:
             n = int(mask.sum(1)[0])
             where = F.one_hot(ys[:, 0, :n].long(), n).sum(0).double()  # (position, new position): counts
-            mean = args["times"] / n
-            if ((where - mean).abs() > 5 * math.sqrt(mean) + 2).any():
+            if uneven(where, args["times"] / n):
                 return "some positions go to some places far more often: the order must be a uniform permutation"
             rotations = all(((ys[i, 0, 1:n] - ys[i, 0, : n - 1]) % n == 1).all() for i in range(len(ys)))
             if rotations:
@@ -534,7 +541,7 @@ def check_span(uniform: bool = False) -> Callable:
         if uniform:
             first, choices = starts[0]
             counts = torch.bincount(first, minlength=choices).double()
-            if len(counts) > choices or ((counts - counts.mean()).abs() > 5 * counts.mean().sqrt() + 2).any():
+            if len(counts) > choices or uneven(counts, float(counts.mean())):
                 return "some starts come far more often: every start from 0 to n - keep must be equally likely"
         return None
     return check

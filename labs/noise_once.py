@@ -7,7 +7,6 @@ FLAGS` otherwise.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, co
 import random  # noqa: E402
 
 import tsdae_train  # noqa: E402
+from tsdae_train import make_parser, parse_args  # noqa: E402, F401 - `python tsdae.py`'s flags are this file's
 from lib import cli  # noqa: E402
 from tsdae import DenoisingDataset  # noqa: E402
 
@@ -26,16 +26,6 @@ class NoiseOnceDataset(DenoisingDataset):
 
     def noise_rng(self, epoch: int, i: int) -> random.Random:
         return random.Random(f"{self.seed}-{i}")
-
-
-def make_parser() -> cli.ArgumentParser:
-    """`python tsdae.py`'s flags: this file's command line."""
-    return tsdae_train.make_parser()
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """`python tsdae.py`'s flags, checked as tsdae_train.main checks them."""
-    return tsdae_train.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

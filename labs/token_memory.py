@@ -8,7 +8,6 @@ vector to carry the sentence. The same parameters and normalisation. `python lab
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import tsdae_train  # noqa: E402
+from tsdae_train import make_parser, parse_args  # noqa: E402, F401 - `python tsdae.py`'s flags are this file's
 from lib import cli  # noqa: E402
 from model import MultiHeadAttention  # noqa: E402
 from tsdae import TSDAELoss  # noqa: E402
@@ -58,16 +58,6 @@ class TokenMemoryTSDAELoss(TSDAELoss):
     def memory(self, batch: dict[str, torch.Tensor]) -> TokenStates:
         states = self.encoder.bert(batch["damaged_ids"], batch["damaged_mask"])  # (B, Ld, d), not pooled
         return TokenStates(states, batch["damaged_mask"])
-
-
-def make_parser() -> cli.ArgumentParser:
-    """`python tsdae.py`'s flags: this file's command line."""
-    return tsdae_train.make_parser()
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """`python tsdae.py`'s flags, checked as tsdae_train.main checks them."""
-    return tsdae_train.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -242,9 +242,9 @@ def script_module(script: str, monkeypatch):
     path = ROOT / script
     source = path.read_text(encoding="utf-8")
     handed_over = re.search(r"""runpy\.run_module\(["'](\w+)["']""", source)
-    if "def make_parser" not in source and handed_over:
+    if "make_parser" not in source and handed_over:
         return importlib.import_module(handed_over.group(1))
-    if "def make_parser" not in source:
+    if "make_parser" not in source:
         return None
     parts = path.relative_to(ROOT).with_suffix("").parts
     if len(parts) == 1 or (ROOT / parts[0] / "__init__.py").is_file():
