@@ -4,8 +4,8 @@ each sentence apart from the other sentences of the batch.
     sentence --embed--> view 1 (e.g. feature cutoff) --Transformer layers--> mean pool --+
     sentence --embed--> view 2 (e.g. token shuffle)  --Transformer layers--> mean pool --+-- NT-Xent
 
-The views are made AT THE EMBEDDING LAYER (§3.3): the words stay the same; the position ids or the
-embedding layer's output change, between `Bert.embed` and `Bert.run_layers` (ConSERTLoss.encode).
+The views are made AT THE EMBEDDING LAYER (§3.3): the words stay the same; the position ids, the embedding
+layer's output or (span) the attention mask change, between `Bert.embed` and `Bert.run_layers` (ConSERTLoss.encode).
 
 Read top to bottom:
   1. the views (§3.3)                  shuffle, token / feature cutoff, span, dropout, adversarial (FGV)
@@ -56,7 +56,7 @@ VIEW_NAMES = (
     "feature_cutoff",  # whole feature columns of the embedding output zeroed
     "span",            # one contiguous span kept, the rest masked out
     "dropout",         # random entries of the embedding output zeroed
-    "simcse",          # unaugmented too, but the encoder's own dropout differs between passes (SimCSE, Gao et al. 2021)
+    "simcse",          # unaugmented too; the encoder's own dropout differs between passes (SimCSE, arXiv:2104.08821)
     "adversarial",     # FGV: the unaugmented pass moved uphill on a loss (AdversarialConSERTLoss)
 )
 

@@ -48,7 +48,7 @@ class Stage:
 # The official scripts (yym6472/ConSERT, scripts/*-base.sh), stage by stage. A two-stage strategy runs its NLI
 # stage into OUT/stage1, then the contrastive stage on the corpus from there (its best dev checkpoint, with
 # --eval-data, as the official code saves only that one). Every command-line flag overrides its entry.
-NLI_VIEWS = (View("none"), View("token_cutoff", 0.1))  # joint's (sup trains the classifier only)
+NLI_VIEWS = (View("none"), View("token_cutoff", 0.1))  # joint's (sup makes no views: its loss is the classifier's)
 OFFICIAL = {
     "unsup": [Stage("unsup", (View("feature_cutoff", 0.2), View("shuffle")), lr=5e-7, epochs=10, dropout=False,
                     patience=10)],
@@ -297,7 +297,7 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
                            "such as bert-base-uncased (default: the shipped all-MiniLM-L6-v2)")
     both.add_argument("--batch-size", type=int, default=96,
                       help="sentences (or NLI pairs) per step; under torchrun the global batch, split over the processes")
-    both.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§5.4)")
+    both.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§4.5)")
     both.add_argument("--adv-norm", type=float, default=1.0, help="per-token length of the adversarial perturbation")
     both.add_argument("--cl-weight", type=float, default=0.15, help="factor on the contrastive loss (official cl_rate)")
     both.add_argument("--optimizer", default="official", choices=["official", "pytorch"],
@@ -308,9 +308,10 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
                            "from the first step to the last, as TSDAE trains (a run's step s is then the same whatever "
                            "its length: a learning curve resumes with a larger --steps)")
     both.add_argument("--micro-batch", type=int, metavar="N",
-                      help="encode each batch N sentences at a time with the cached gradient (Gao et al. 2021): the "
-                           "whole batch's loss and exact gradient in the encoder memory of N; the dropout and views "
-                           "are drawn per chunk (speedups/gradcache.py). Not with the adversarial view")
+                      help="encode each batch N sentences at a time with the cached gradient (GradCache, "
+                           "arXiv:2101.06983): the whole batch's loss and exact gradient in the encoder memory of N; "
+                           "the dropout and views are drawn per chunk (speedups/gradcache.py). Not with the "
+                           "adversarial view")
     both.add_argument("--local-negatives", action="store_true",
                       help="under torchrun: each process contrasts its own share of the batch as a batch of its own, "
                            "and DDP sums their gradients (default: every process's sentences are the negatives)")

@@ -12,8 +12,9 @@ Read top to bottom:
   8. a later read, once BERT is done: what the other families add (PreNormEncoderLayer, RelativePositionBias,
      Rotary: ModernBERT's pre-LayerNorm blocks, MPNet's and ModernBERT's positions)
 
-No objective and no training here. Two pieces exist for the methods: the `memory` of MultiHeadAttention (TSDAE's
-cross-attention) and last2-mean pooling (ConSERT's official evaluation). The files on disk (safetensors, Hugging
+No objective and no training here. Three pieces exist for the methods: the `memory` of MultiHeadAttention (TSDAE's
+cross-attention), Bert.forward split into embed and run_layers, with position_ids (where ConSERT makes its views),
+and last2-mean pooling (ConSERT's official evaluation). The files on disk (safetensors, Hugging
 Face names, Hub ids) are lib/weights.py's job; speed-ups are speedups/fast.py's (PackedBert: a Bert subclass,
 chosen when the encoder is loaded: `SentenceEncoder.from_pretrained(path, bert_class=PackedBert)`).
 Nothing to run here: `SentenceEncoder.from_pretrained("runs/tsdae/model").encode([...])` after training, or the

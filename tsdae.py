@@ -164,7 +164,7 @@ class DecoderLayer(nn.Module):
     """Causal self-attention, cross-attention to the sentence vector, feed-forward (post-LN, like BERT).
 
     The self-attention, feed-forward and their LayerNorms ARE the given encoder layer's modules (the same
-    Parameter objects: tied, app. A). Cross-attention has no encoder counterpart: its weights are new.
+    Parameter objects: tied, app. A). Cross-attention and its LayerNorm have no encoder counterpart: they are new.
     """
 
     def __init__(self, enc_layer: EncoderLayer, cfg: BertConfig,
@@ -249,8 +249,8 @@ class TSDAEDecoder(nn.Module):
         return self.lm_head(states, self.embeddings.word.weight)
 
     def neg_log_likelihood(self, states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """sum over the rows t of -log P(labels_t | states_t) = -log softmax(E h_t + b)[labels_t].
-        states (T, d), labels (T,) -> a scalar."""
+        """sum over the rows t of -log P(labels_t | states_t) = -log softmax(E g(h_t) + b)[labels_t], h_t = states_t,
+        g = the LM head's dense, GELU, LayerNorm (model.MLMHead). states (T, d), labels (T,) -> a scalar."""
         return F.cross_entropy(self.logits(states), labels, reduction="sum")
 
 
@@ -267,7 +267,8 @@ class TSDAELoss(nn.Module):
     """Encoder + tied decoder + reconstruction loss for one batch of (damaged x~, original x) sentences (§3.1):
 
         L = -(1/T) sum over the batch's sentences x, over their tokens t:  log P(x_t | x_<t, s),
-        s = encoder(x~) the sentence vector,  P(. | x_<t, s) = softmax(E h_t + b),  h_t = decoder(x_<t, s)_t
+        s = encoder(x~) the sentence vector,  P(. | x_<t, s) = softmax(E g(h_t) + b),  h_t = decoder(x_<t, s)_t
+    (g: the LM head's dense, GELU, LayerNorm, as in the reference code; the paper scores h_t against E directly.)
 
     normalisation="tokens": T = the batch's label tokens (the reference code's choice, sentence-transformers'
         DenoisingAutoEncoderLoss; the default).
@@ -287,7 +288,7 @@ class TSDAELoss(nn.Module):
         super().__init__()
         assert normalisation in ("tokens", "sentence")
         self.encoder = encoder
-        self.decoder = decoder_class(encoder.bert, tie=tie)  # app. A: tied to the encoder
+        self.decoder = decoder_class(encoder.bert, tie=tie)  # app. A: tied to the encoder (unless tie=False)
         if not tie:
             encoder.bert.mlm_head = None  # the separate decoder has its own copy; the encoder never used it
         self.normalisation, self.global_mean = normalisation, global_mean
@@ -339,7 +340,8 @@ def greedy_decode(decoder: TSDAEDecoder, sentence_vec: torch.Tensor, start_id: i
 def beam_decode(decoder: TSDAEDecoder, sentence_vec: torch.Tensor, start_id: int, end_id: int, max_length: int,
                 beam: int) -> list[int]:
     """Beam search: keep the `beam` most likely beginnings (sum of log P), extend each by its `beam` most likely
-    next tokens, keep the best `beam` again; the finished sequence with the best log P per token wins."""
+    next tokens, keep the best `beam` again; of the finished sequences (and, at max_length, the unfinished ones)
+    the best log P per token wins."""
     beams, finished = [([start_id], 0.0)], []
     while beams and len(beams[0][0]) < max_length:
         ids = torch.tensor([seq for seq, _ in beams], device=sentence_vec.device)  # (k, t)

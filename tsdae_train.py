@@ -30,8 +30,10 @@ from speedups import fast
 
 def main(argv: list[str] | None = None, objective_class: type[tsdae.TSDAELoss] = tsdae.TSDAELoss,
          dataset_class: type[tsdae.DenoisingDataset] = tsdae.DenoisingDataset) -> int:
-    """A TSDAE run: the corpus, the denoising pairs and TSDAELoss (tsdae.py), then the shared loop. A lab's entry point
-    (labs/, LABS.md) runs it with its subclass of the objective or of the pairs, each overriding one named piece."""
+    """A TSDAE run: the corpus, the denoising pairs and TSDAELoss (tsdae.py), then the shared loop, with the
+    reference's AdamW at a constant lr, no weight decay, gradients clipped to norm 1 (train.TrainSettings' defaults).
+    A lab's entry point (labs/, LABS.md) runs it with its subclass of the objective or of the pairs, each overriding
+    one named piece."""
     args = parse_args(argv)
     sentences = open_corpus(args.corpus, args.bad_lines)  # where each line is; its text stays on disk
     device = experiment.check_run(args)  # bad input stops the run before a model is loaded or a file written
@@ -89,8 +91,7 @@ def held_out_pairs(kept_out: list[str], encoder: SentenceEncoder, args: argparse
 
 
 def decoder_saver(objective: tsdae.TSDAELoss, args: argparse.Namespace) -> Callable[[Path], None]:
-    """Saves the decoder beside model/ (OUT/decoder; examples/reconstruct.py reads it), with how it was trained.
-    The rest of the run's settings: the reference's AdamW at a constant lr (train.TrainSettings' defaults)."""
+    """Saves the decoder beside model/ (OUT/decoder; examples/reconstruct.py reads it), with how it was trained."""
     decoder = {"objective": type(objective).__name__, "tie": not args.untie, "normalisation": args.loss_normalisation,
                "base_model": str(args.model or default_model_path()), "seed": args.seed, "noise": args.noise,
                "noise_ratio": args.noise_ratio, "corpus": str(args.corpus)}
@@ -108,7 +109,9 @@ def make_parser() -> cli.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8,
                    help="sentences per step (app. B); under torchrun the global batch, split over the processes")
     p.add_argument("--lr", type=float, default=3e-5, help="AdamW learning rate (app. B), constant as in the reference")
-    p.add_argument("--max-length", type=int, default=75, help="tokens per sentence, longer lines are truncated")
+    p.add_argument("--max-length", type=int, default=75,
+                   help="tokens per sentence, longer lines are truncated (the reference example's; the paper "
+                        "states none)")
     p.add_argument("--pooling", default="cls", choices=["cls", "mean", "max"], help="sentence vector (app. A, tab. 7)")
     p.add_argument("--noise", default="delete", choices=sorted(tsdae.NOISE), help="noise type (app. A, tab. 5)")
     p.add_argument("--noise-ratio", type=float, default=0.6, help="probability a word is affected (app. A, tab. 6)")
