@@ -43,7 +43,7 @@ from model import MultiHeadAttention, SentenceEncoder, pool
 
 @dataclass(frozen=True)
 class View:
-    """One augmentation of an encoder pass: its name (VIEW_NAMES) and, for cutoffs, span and dropout, a rate."""
+    """One augmentation of an encoder pass: its name (VIEW_NAMES) and, for cutoffs, span and dropout (RATED_VIEWS), a rate."""
 
     name: str
     rate: float = 0.0
@@ -59,6 +59,7 @@ VIEW_NAMES = (
     "simcse",          # unaugmented too; the encoder's own dropout differs between passes (SimCSE, arXiv:2104.08821)
     "adversarial",     # FGV: the unaugmented pass moved uphill on a loss (AdversarialConSERTLoss)
 )
+RATED_VIEWS = ("token_cutoff", "feature_cutoff", "span", "dropout")  # the views that take a rate
 
 
 def check_views(views: tuple[View, View], names: Sequence[str] = VIEW_NAMES) -> None:

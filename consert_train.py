@@ -20,8 +20,8 @@ import torch
 import data
 import experiment
 import train
-from consert import (NLI_FEATURES, VIEW_NAMES, AdversarialConSERTLoss, ConSERTLoss, NLIDataset, SentenceDataset,
-                     SupervisedConSERTLoss, View, check_views, collate_nli, collate_sentences,
+from consert import (NLI_FEATURES, RATED_VIEWS, VIEW_NAMES, AdversarialConSERTLoss, ConSERTLoss, NLIDataset,
+                     SentenceDataset, SupervisedConSERTLoss, View, check_views, collate_nli, collate_sentences,
                      switch_off_dropout)
 from lib import cli, distributed
 from lib.corpus import few_shot, open_corpus
@@ -99,7 +99,8 @@ def with_flags(stage: Stage, args: argparse.Namespace, prefix: str) -> Stage:
     views = []
     for i, official in enumerate(stage.views, start=1):
         name, rate = flag(f"view{i}"), flag(f"rate{i}")
-        default_rate = official.rate if name is None else 0.2  # a view named without a rate gets 0.2
+        # a view named without a rate gets 0.2 if it takes one (cutoffs, span, dropout: consert.View)
+        default_rate = official.rate if name is None else 0.2 if name in RATED_VIEWS else 0.0
         views.append(View(name or official.name, default_rate if rate is None else rate))
     dropout = stage.dropout or "simcse" in [view.name for view in views]  # simcse's view IS the dropout
     dropout = dropout if flag("encoder_dropout") == "auto" else flag("encoder_dropout") == "on"

@@ -869,6 +869,18 @@ def test_the_nli_stage_flags_reach_its_views_lr_and_epochs(tmp_path):
     assert (settings.lr, settings.steps) == (3e-5, 2 * 4)  # --nli-lr, and --nli-epochs passes over 4 batches
 
 
+def test_a_view_named_without_a_rate_gets_one_only_if_it_takes_one():
+    """--view1 NAME without --rate1: 0.2 for the cutoffs, span and dropout, none for the others (a SimCSE run's
+    first line says "views simcse + simcse", not "simcse 0.2")."""
+    stage = consert_train.stages(consert_train.parse_args(["--corpus", "c.txt", "--view1", "simcse", "--view2",
+                                                           "simcse"]))[0]
+    assert stage.views == (View("simcse"), View("simcse"))
+    assert "views simcse + simcse," in consert_train.describe(stage, ["a"] * 10)
+    stage = consert_train.stages(consert_train.parse_args(["--corpus", "c.txt", "--view1", "span", "--view2",
+                                                           "shuffle"]))[0]
+    assert stage.views == (View("span", 0.2), View("shuffle"))
+
+
 def test_adv_norm_is_the_length_of_the_adversarial_perturbation(tiny_model_dir, small_corpus, monkeypatch):
     """--adv-norm reaches the objective build_objective picks for an adversarial view, and every real token of the
     view moves by that length (fgv_perturbation)."""
