@@ -266,26 +266,25 @@ def cost_line(found: dict, start: str) -> str:
 
 
 def summary(found: dict, args: argparse.Namespace) -> str:
-    """The README's table: per start, each method (and the untrained checkpoint) at the last step every method
-    reached with two seeds or more, on both metrics."""
+    """The README's table: per start, the untrained checkpoint and each method at the last step it reached with two
+    seeds or more (its verdicts against TSDAE: the table's), on both metrics."""
     lines = []
     for start in args.starts:
-        last = last_step(found, start, args.seeds)
-        if last is None:
+        last = {m: last_step(found, start, args.seeds, (m,)) for m in METHODS}
+        if not any(last.values()):
             continue
-        step, common = last
-        seeds = ", ".join(map(str, common))
-        lines += [f"| from the {STARTS[start]}: step {step} of 8 sentences, seeds {seeds} | TwitterPara AP | STS-b test |",
-                  "| --- | --- | --- |"] if not lines else [f"| **from the {STARTS[start]}: step {step}, seeds {seeds}** | | |"]
-        for method, at in [("tsdae", 0), *((m, step) for m in METHODS)]:
-            name = "untrained (CLS / mean pooling)" if at == 0 else NAMES[method]
-            cells = [mean_sd(values(found, start, method, at, common, metric)) for metric in METRICS]
-            if at == 0 and start == "standin":  # the untrained checkpoint under both poolings the arms use
-                cells = [f"{c} / {mean_sd(values(found, start, 'mlm', 0, common, metric))}" for c, metric in zip(cells, METRICS)]
-            elif at == 0:
-                name = "untrained"
-            lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
-    return "\n".join(lines) or "(no step has every method at two seeds yet)"
+        lines += ([f"| from the {STARTS[start]} | step of 8 sentences (seeds) | TwitterPara AP | STS-b test |",
+                   "| --- | --- | --- | --- |"] if not lines else [f"| **from the {STARTS[start]}** | | | |"])
+        untrained = [mean_sd(values(found, start, "tsdae", 0, [], metric)) for metric in METRICS]
+        if start == "standin":  # the untrained checkpoint under both poolings the arms use
+            untrained = [f"{c} / {mean_sd(values(found, start, 'mlm', 0, [], metric))}" for c, metric in
+                         zip(untrained, METRICS)]
+        lines.append(f"| untrained{' (CLS / mean pooling)' if start == 'standin' else ''} | 0 | {untrained[0]} | "
+                     f"{untrained[1]} |")
+        for method, (step, seeds) in ((m, at) for m, at in last.items() if at):
+            cells = [mean_sd(values(found, start, method, step, seeds, metric)) for metric in METRICS]
+            lines.append(f"| {NAMES[method]} | {step} ({', '.join(map(str, seeds))}) | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) or "(no method has two seeds at a step yet)"
 
 
 def text_of(found: dict, args: argparse.Namespace) -> str:

@@ -323,4 +323,8 @@ def test_the_domain_claim_tables_from_saved_scores(tmp_path, capsys):
     assert "| ConSERT | 500 (0, 1, 2) | +0.50, +0.50, +0.50 (mean +0.50) | cannot tell: below the minimum effect " \
            "(p < 0.001) |" in table  # ConSERT's last step with two seeds
     assert "TSDAE 0.100 s (17 min per 10,000 steps); MLM 0.100 s" in table  # the median; the 1-thread points left out
+    summary = (results / "summary.md").read_text()  # the README's: each method at its own last step with 2 seeds
+    assert "| untrained (CLS / mean pooling) | 0 | 50.00 / 60.00 | 15.00 / 33.00 |" in summary
+    assert "| TSDAE | 1000 (0, 1) | 71.50 ± 0.71 | 39.50 ± 0.71 |" in summary
+    assert "| ConSERT | 500 (0, 1, 2) | 71.00 ± 1.00 | 39.00 ± 1.00 |" in summary
     assert (results / "curves.png").exists() or importlib.util.find_spec("matplotlib") is None
