@@ -629,7 +629,7 @@ assert first_term > 0 and loss_before > 0
 # (the mean over view 1's rows plus the mean over view 2's).
 #
 # The temperature decides how sharply each row's softmax picks one candidate. Row 1's distribution over its 2N-1
-# candidates at 0.05 (the author's later advice, used here), 0.1 (the paper's, §5.4) and 1:
+# candidates at 0.05 (the author's later advice, used here), 0.1 (the paper's, §4.5) and 1:
 
 # %%
 temperatures = (0.05, 0.1, 1.0)

@@ -53,7 +53,7 @@ from results import twitter_sentences  # noqa: E402
 
 METHODS = ("tsdae", "mlm", "simcse", "consert")
 NAMES = {"raw": "no training", "tsdae": "TSDAE", "mlm": "MLM", "simcse": "SimCSE", "consert": "ConSERT"}
-STARTS = {"standin": "raw bert-mini stand-in", "minilm": "all-MiniLM-L6-v2"}
+STARTS = {"standin": "raw bert-mini stand-in", "minilm": "all-MiniLM-L6-v2 checkpoint"}
 STEPS = {"standin": (500, 1000, 2000, 5000, 10000, 20000), "minilm": (150, 500, 1000, 2000, 5000, 10000)}
 METRICS = {"twitterpara": "TwitterPara AP", "stsb": "STS-b test Spearman"}
 # Seconds per training step of 8 and per evaluation on 2 CPU cores: the estimate before a run (the measured cost is
