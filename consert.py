@@ -4,23 +4,22 @@ each sentence apart from the other sentences of the batch.
     sentence --embed--> view 1 (e.g. feature cutoff) --Transformer layers--> mean pool --+
     sentence --embed--> view 2 (e.g. token shuffle)  --Transformer layers--> mean pool --+-- NT-Xent
 
-The views are made AT THE EMBEDDING LAYER (§3.3): the words stay the same; the position ids, the embedding
+The views are made AT THE EMBEDDING LAYER (§3.2): the words stay the same; the position ids, the embedding
 layer's output or (span) the attention mask change, between `Bert.embed` and `Bert.run_layers` (ConSERTLoss.encode).
 
 Read top to bottom:
-  1. the views (§3.3)                  shuffle, token / feature cutoff, span, dropout, adversarial (FGV)
-  2. the contrastive loss (§3.2)       nt_xent
-  3. the objective (§3.2)              ConSERTLoss: encode view 1, encode view 2, NT-Xent
-  4. the adversarial view (§3.3)       AdversarialConSERTLoss(ConSERTLoss): FGV, also without labels
-  5. NLI supervision (§3.4)            SupervisedConSERTLoss(AdversarialConSERTLoss): sup and joint
+  1. the views (§3.2)                  shuffle, token / feature cutoff, span, dropout, adversarial (FGV)
+  2. the contrastive loss (§3.1)       nt_xent
+  3. the objective (§3.1)              ConSERTLoss: encode view 1, encode view 2, NT-Xent
+  4. the adversarial view (§3.2)       AdversarialConSERTLoss(ConSERTLoss): FGV, also without labels
+  5. NLI supervision (§3.3)            SupervisedConSERTLoss(AdversarialConSERTLoss): sup and joint
   6. its batches                       SentenceDataset, NLIDataset, their collate functions, sentence_keys
-What runs: `python consert.py --plain` runs these classes as they are, on model.Bert. By default
-(consert_train.py) the same classes run on an encoder loaded as speedups/fast.py's PackedBert, whose run_layers
-computes the real tokens only (the same numbers, tests/test_fast.py); with --bucketing (batches that hold almost
-no padding) the plain Bert. consert_train.build_objective picks the class: ConSERTLoss for the "unsup" stage,
-AdversarialConSERTLoss when a view is adversarial, SupervisedConSERTLoss for "sup" and "joint".
-The experiment (the official settings of each strategy, stage by stage, the command line) is consert_train.py:
-`python consert.py` runs that file as the script (which imports this one).
+Sections are numbered as in the arXiv paper: §3.1 the framework and NT-Xent (eq. 1), §3.2 the views, §3.3 NLI
+supervision (eq. 2), §4.1 the set-up, §5.2-§5.5 the studies of views, few-shot, temperature and batch size.
+What runs: `--plain` runs these classes on model.Bert. By default they run on speedups/fast.py's PackedBert, whose
+run_layers computes the real tokens only (the same numbers, tests/test_fast.py); with --bucketing on model.Bert.
+The command line (the official settings of each strategy, stage by stage) is consert_train.py's: `python
+consert.py` hands over to it, and consert_train.build_objective picks the class for each stage.
 """
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ from lib.distributed import own_rows
 from model import MultiHeadAttention, SentenceEncoder, pool
 
 # ----------------------------------------------------------------------------
-# 1. Views (§3.3): how one encoder pass of a sentence differs from an unaugmented one
+# 1. Views (§3.2): how one encoder pass of a sentence differs from an unaugmented one
 
 
 @dataclass(frozen=True)
@@ -147,7 +146,7 @@ def augment(x: torch.Tensor, attention_mask: torch.Tensor, view: View) -> tuple[
 
 
 def fgv_perturbation(loss: torch.Tensor, embedding_output: torch.Tensor, norm: float) -> torch.Tensor:
-    """Adversarial view, Fast Gradient Value (§3.3): r = norm * g / ||g|| per token, g = d loss / d embedding output.
+    """Adversarial view, Fast Gradient Value (§3.2): r = norm * g / ||g|| per token, g = d loss / d embedding output.
     Added to the embedding output, r moves every token by `norm` in the direction that raises `loss` fastest
     (to first order). Padding rows have g = 0 and get r = 0. r is a constant: no gradient flows through it."""
     (g,) = torch.autograd.grad(loss, embedding_output, retain_graph=True)  # (B, L, d)
@@ -155,7 +154,7 @@ def fgv_perturbation(loss: torch.Tensor, embedding_output: torch.Tensor, norm: f
 
 
 # ----------------------------------------------------------------------------
-# 2. The contrastive loss (§3.2): NT-Xent, as the official code computes it
+# 2. The contrastive loss (§3.1): NT-Xent, as the official code computes it
 
 
 # Exercise 8 (ASSIGNMENTS.md)
@@ -181,7 +180,7 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float, same: torch.
 
 
 # ----------------------------------------------------------------------------
-# 3. The objective (§3.2): two views of every sentence of the batch, then NT-Xent between them
+# 3. The objective (§3.1): two views of every sentence of the batch, then NT-Xent between them
 
 
 def switch_off_dropout(encoder: SentenceEncoder) -> None:
@@ -195,7 +194,7 @@ def switch_off_dropout(encoder: SentenceEncoder) -> None:
 
 
 class ConSERTLoss(nn.Module):
-    """ConSERT's unsupervised objective (§3.2): for a batch of unlabelled sentences {input_ids, attention_mask,
+    """ConSERT's unsupervised objective (§3.1): for a batch of unlabelled sentences {input_ids, attention_mask,
     sentence_keys}, cl_weight * NT-Xent(view 1, view 2). The keys number the batch's sentences, equal for identical
     ones (sentence_keys, section 6): a copy of a sentence is no negative of it.
 
@@ -219,12 +218,12 @@ class ConSERTLoss(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         ids, mask, keys = batch["input_ids"], batch["attention_mask"], batch["sentence_keys"]
-        z1 = self.encode(ids, mask, self.views[0])  # (B, d): view 1 of every sentence (§3.3)
+        z1 = self.encode(ids, mask, self.views[0])  # (B, d): view 1 of every sentence (§3.2)
         z2 = self.encode(ids, mask, self.views[1])  # (B, d): view 2
-        return self.cl_weight * self.contrastive(z1, z2, keys)  # §3.2
+        return self.cl_weight * self.contrastive(z1, z2, keys)  # §3.1
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, view: View) -> torch.Tensor:
-        """One encoder pass under `view` (§3.3): embed, make the view, run the layers, pool. (B, d)"""
+        """One encoder pass under `view` (§3.2): embed, make the view, run the layers, pool. (B, d)"""
         x = self.encoder.bert.embed(input_ids, shuffled_positions(attention_mask) if view.name == "shuffle" else None)
         x, attention_mask = augment(x, attention_mask, view)  # (B, L, d): the view is made here
         return self.layers_and_pool(x, attention_mask)
@@ -241,7 +240,7 @@ class ConSERTLoss(nn.Module):
 
 
 # ----------------------------------------------------------------------------
-# 4. The adversarial view (§3.3, FGV): the unaugmented pass, moved uphill on a loss
+# 4. The adversarial view (§3.2, FGV): the unaugmented pass, moved uphill on a loss
 
 
 @dataclass
@@ -275,7 +274,7 @@ class AdversarialConSERTLoss(ConSERTLoss):
 
     def two_views(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, keys: torch.Tensor,
                   unaugmented: UnaugmentedPass, attacked: torch.Tensor | None = None) -> torch.Tensor:
-        """NT-Xent between the two views of these sentences (§3.2); an adversarial view 2 moved uphill on
+        """NT-Xent between the two views of these sentences (§3.1); an adversarial view 2 moved uphill on
         `attacked` (default: the NT-Xent between the unaugmented pass and view 1)."""
         view1, view2 = self.views
         z1 = self.vectors(input_ids, attention_mask, view1, unaugmented)  # (B, d)
@@ -297,16 +296,16 @@ class AdversarialConSERTLoss(ConSERTLoss):
         return UnaugmentedPass(self.layers_and_pool(x, attention_mask), x, attention_mask)
 
     def adversarial(self, unaugmented: UnaugmentedPass, loss: torch.Tensor) -> torch.Tensor:
-        """§3.3, FGV: the unaugmented pass's own embedding output (same dropout draw; the gradient flows through
+        """§3.2, FGV: the unaugmented pass's own embedding output (same dropout draw; the gradient flows through
         it, as in the official code) moved by r uphill on `loss`, through the layers again. (B, d)"""
         r = fgv_perturbation(loss, unaugmented.embedding_output, self.adv_norm)  # (B, L, d)
         return self.layers_and_pool(unaugmented.embedding_output + r, unaugmented.attention_mask)
 
 
 # ----------------------------------------------------------------------------
-# 5. With NLI labels (§3.4): a classifier on the sentence pairs, alone or with the contrastive loss
+# 5. With NLI labels (§3.3): a classifier on the sentence pairs, alone or with the contrastive loss
 
-# The classifier's input for an NLI pair with sentence vectors u, v (§3.4): the paper, like SBERT, uses
+# The classifier's input for an NLI pair with sentence vectors u, v (§3.3): the paper, like SBERT, uses
 # (u, v, |u - v|); every official supervised script adds max(u, v)^2 (--concatenation_sent_max_square).
 NLI_FEATURES = ("u,v,|u-v|,max(u,v)^2", "u,v,|u-v|")
 
@@ -320,10 +319,10 @@ def nli_features(u: torch.Tensor, v: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 class SupervisedConSERTLoss(AdversarialConSERTLoss):
-    """NLI pairs {premise_*, hypothesis_*, labels, premise_keys, hypothesis_keys} (§3.4): the supervised loss,
+    """NLI pairs {premise_*, hypothesis_*, labels, premise_keys, hypothesis_keys} (§3.3): the supervised loss,
     softmax cross-entropy of a linear classifier on nli_features(u, v) of the unaugmented vectors u, v of premise
     and hypothesis ("sup"); with joint=True plus cl_weight * (NT-Xent between the premises' two views + the same
-    for the hypotheses), the adversarial view (if one) moved uphill on the supervised loss (§3.3)."""
+    for the hypotheses), the adversarial view (if one) moved uphill on the supervised loss (§3.2)."""
 
     def __init__(self, encoder: SentenceEncoder, views: tuple[View, View], nli_classes: int, joint: bool = False,
                  nli_features: str = NLI_FEATURES[0], temperature: float = 0.1, cl_weight: float = 0.15,
@@ -348,7 +347,7 @@ class SupervisedConSERTLoss(AdversarialConSERTLoss):
 
 
 # ----------------------------------------------------------------------------
-# 6. The batches the objective reads: unlabelled sentences, or NLI pairs (§3.4), with keys for their copies.
+# 6. The batches the objective reads: unlabelled sentences, or NLI pairs (§3.3), with keys for their copies.
 # An item is built from its key (epoch, index) (data.BatchSampler); the collate function pads a batch of items.
 
 

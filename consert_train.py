@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None, unsupervised: type[ConSERTLoss] = ConSER
             encoder = build_encoder(stage, model_dir, args)
             objective = build_objective(stage, encoder, args, device, world, unsupervised)
             trained, kept_out = experiment.hold_out(inputs, args, "lines" if stage.kind == "unsup" else "NLI pairs")
-            if stage.kind == "unsup" and args.few_shot:  # §4.4: N sentences of the corpus, upsampled to its size or not
+            if stage.kind == "unsup" and args.few_shot:  # §5.3: N sentences of the corpus, upsampled to its size or not
                 trained = few_shot(trained, args.few_shot, seed=args.seed, upsample=args.upsample)
             loader = stage_loader(stage, trained, encoder, args, device)
             heldout = held_out_signals(stage, kept_out, objective, args, device)
@@ -180,7 +180,7 @@ def build_objective(stage: Stage, encoder: SentenceEncoder, args: argparse.Names
     common = dict(temperature=args.temperature, cl_weight=args.cl_weight, gather=gather)
     chunks = {"micro_batch": args.micro_batch} if args.micro_batch else {}
     adversarial = "adversarial" in [view.name for view in stage.views]
-    if stage.kind != "unsup":  # §3.4
+    if stage.kind != "unsup":  # §3.3
         supervised = gradcache.ChunkedSupervisedConSERTLoss if args.micro_batch else SupervisedConSERTLoss
         return supervised(encoder, stage.views, len(NLI_LABELS), joint=stage.kind == "joint",
                           nli_features=args.nli_features, adv_norm=args.adv_norm, **chunks, **common)
@@ -224,9 +224,9 @@ def held_out_signals(stage: Stage, kept_out: list, objective: ConSERTLoss, args:
 def stage_settings(stage: Stage, out: Path, resume: bool, loader: torch.utils.data.DataLoader,
                    args: argparse.Namespace, argv: list[str] | None, inputs: Sequence,
                    heldout: HeldOut | None) -> train.TrainSettings:
-    """The official optimiser: sentence-transformers' fit (experiment.CONSERT_FIT: AdamW, eps 1e-6, weight decay
-    0.01, 10% linear warm-up then linear decay, clip 1.0); with --optimizer official its AdamW without bias correction
-    and its warm-up from lr 0 (train.linear_schedule_with_warmup). The evaluation the flags ask for, scored with
+    """The official code's recipe, experiment.CONSERT_FIT (eps 1e-6, weight decay 0.01, 10% linear warm-up then
+    linear decay, clip 1.0), with its AdamW without bias correction and its warm-up from lr 0 (--optimizer official,
+    the default); --optimizer pytorch: the same recipe with PyTorch's AdamW, warm-up from lr / warm-up steps. The evaluation the flags ask for, scored with
     --eval-pooling; the card of the stage's `inputs`."""
     if stage.kind == "unsup":
         lines, corpus = inputs, args.corpus or f"the STS12-16, STS-b and SICK sentences of {args.sts_corpus}"
@@ -247,7 +247,7 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
     """Every flag; `view_names`: the views --view1 / --view2 may name (a lab's objective may make more)."""
     p = cli.ArgumentParser(description="Fine-tune a sentence encoder with ConSERT (arXiv:2105.11741): contrastive "
                                        "learning between two views of each sentence made at the embedding layer, "
-                                       "optionally fused with NLI supervision (§3.4). Every default is the official "
+                                       "optionally fused with NLI supervision (§3.3). Every default is the official "
                                        "scripts' (consert_train.OFFICIAL): unsupervised, feature cutoff 0.2 + token "
                                        "shuffle, dropout off, temperature 0.1, batch 96, lr 5e-7, 10 epochs. The "
                                        "author later found lr 2e-5 with temperature 0.05 better.")
@@ -258,18 +258,18 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
     src.add_argument("--nli", help="NLI pairs for the supervised strategies: .jsonl (premise, hypothesis, label) "
                                    "or a SICK file")
     src.add_argument("--strategy", default="unsup", choices=list(OFFICIAL),
-                     help="unsup: contrastive on --corpus. With --nli (§3.4): sup = NLI classifier only; joint = "
+                     help="unsup: contrastive on --corpus. With --nli (§3.3): sup = NLI classifier only; joint = "
                           "classifier + weighted contrastive on the NLI sentences; sup-unsup / joint-unsup = that, "
                           "into OUT/stage1, then contrastive on --corpus")
     src.add_argument("--few-shot", type=int, metavar="N",
-                     help="train on N sentences of the corpus drawn at random (by --seed): §4.4's few-shot study")
+                     help="train on N sentences of the corpus drawn at random (by --seed): §5.3's few-shot study")
     src.add_argument("--upsample", action="store_true",
                      help="with --few-shot: repeat the N sentences up to the corpus's size, each floor or ceil of "
                           "(size / N) times, so an epoch holds as many batches as the full corpus's (the official "
                           "--do_upsampling)")
     src.add_argument("--max-length", type=int, default=64,
-                     help="word pieces per sentence, counted as the official code does: a sentence keeps at most "
-                          "max-length + 3 tokens, its two special tokens included (its min(n, max_seq_length) + 3)")
+                     help="the official max_seq_length: a sentence keeps at most max-length + 3 tokens, its two "
+                          "special tokens included, so max-length + 1 word pieces (its min(n, max_seq_length) + 3)")
     src.add_argument("--bucketing", action="store_true",
                      help="batches of similar length (faster) instead of the official plain shuffled batches; the "
                           "batch decides the negatives, so this changes what is learnt")
@@ -285,29 +285,32 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
                                                                 "ignored when the steps are given)")
         group.add_argument(f"--{prefix}steps", type=int, help="optimiser steps (default: the epochs' batches)")
         group.add_argument(f"--{prefix}encoder-dropout", default="auto", choices=["auto", "on", "off"],
-                           help="BERT's own dropout; auto: the official (off for unsup, on otherwise), always on "
-                                "when a view is simcse")
+                           help="BERT's own dropout; auto: the official (off for --strategy unsup, on in every "
+                                "stage of the others), always on when a view is simcse")
         group.add_argument(f"--{prefix}patience", type=int, help="with --eval-data: stop after this many "
                            "evaluations without a better dev score (default: the official; 0: never)")
-    p.add_argument("--nli-features", default=NLI_FEATURES[0], choices=NLI_FEATURES,
-                   help="the classifier's input: the official scripts' (--concatenation_sent_max_square), or the "
-                        "paper's and SBERT's u,v,|u-v|")
+    p.add_argument("--nli-features", default=NLI_FEATURES[0], choices=NLI_FEATURES, metavar="FEATURES",
+                   help=f"the classifier's input, one of two: {NLI_FEATURES[0]} (the official scripts' "
+                        f"--concatenation_sent_max_square) or {NLI_FEATURES[1]} (the paper's and SBERT's)")
     both = p.add_argument_group("both stages")
     both.add_argument("--model", default=None,
                       help=f"a {cli.checkpoint_families()} checkpoint: a local folder or a Hub id "
                            "such as bert-base-uncased (default: the shipped all-MiniLM-L6-v2)")
     both.add_argument("--batch-size", type=int, default=96,
                       help="sentences (or NLI pairs) per step; under torchrun the global batch, split over the processes")
-    both.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§4.5)")
-    both.add_argument("--adv-norm", type=float, default=1.0, help="per-token length of the adversarial perturbation")
-    both.add_argument("--cl-weight", type=float, default=0.15, help="factor on the contrastive loss (official cl_rate)")
+    both.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§5.4; no stage sup)")
+    both.add_argument("--adv-norm", type=float, default=1.0,
+                      help="per-token length of the adversarial view's perturbation")
+    both.add_argument("--cl-weight", type=float, default=0.15,
+                      help="factor on the contrastive loss (official cl_rate; no stage sup)")
     both.add_argument("--optimizer", default="official", choices=["official", "pytorch"],
                       help="official: the official code's AdamW without bias correction, warm-up from lr 0 (its "
                            "numbers); pytorch: PyTorch's bias-corrected AdamW, warm-up from lr/warmup-steps")
     both.add_argument("--schedule", default="official", choices=["official", "constant"],
                       help="official: 10%% linear warm-up, then linear decay to 0 over the run; constant: the peak lr "
                            "from the first step to the last, as TSDAE trains (a run's step s is then the same whatever "
-                           "its length: a learning curve resumes with a larger --steps)")
+                           "its length: a learning curve resumes with a larger --steps). The warm-up starts from "
+                           "lr 0 with --optimizer official, from lr / warm-up steps with pytorch")
     both.add_argument("--micro-batch", type=int, metavar="N",
                       help="encode each batch N sentences at a time with the cached gradient (GradCache, "
                            "arXiv:2101.06983): the whole batch's loss and exact gradient in the encoder memory of N; "
@@ -336,6 +339,11 @@ def parse_args(argv: list[str] | None = None, unsupervised: type[ConSERTLoss] = 
         p.error(f"--strategy {args.strategy} needs exactly one of --corpus and --sts-corpus")
     if kinds != ["unsup"] and not args.nli:
         p.error(f"--strategy {args.strategy} needs --nli")
+    unused = [f"--{name.replace('_', '-')}" for name in ("nli_view1", "nli_view2", "nli_rate1", "nli_rate2")
+              if getattr(args, name) is not None]
+    if "sup" in kinds and unused:
+        p.error(f"--strategy {args.strategy}'s NLI stage trains the classifier alone, with no views: "
+                f"{', '.join(unused)} would change nothing")
     cli.check_arguments(p, args, positive=("lr", "nli_lr", "temperature"),
                         at_least_one=("epochs", "steps", "nli_epochs", "nli_steps", "batch_size", "eval_every",
                                       "micro_batch"),

@@ -51,10 +51,10 @@ from speedups import fast
 # Embedding and the metrics (encode_unique: lib/align_uniform.py)
 
 def pair_cosines(encoder, pairs: Sequence[tuple], batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
-    """Cosine similarity of (sentence1, sentence2, ...) pairs."""
+    """Cosine similarity of (sentence1, sentence2, ...) pairs: (n,)."""
     n = len(pairs)
-    emb = encode_unique(encoder, [p[0] for p in pairs] + [p[1] for p in pairs], batch_size, show_progress)
-    return (emb[:n] * emb[n:]).sum(-1).numpy()
+    emb = encode_unique(encoder, [p[0] for p in pairs] + [p[1] for p in pairs], batch_size, show_progress)  # (2n, d), unit rows
+    return (emb[:n] * emb[n:]).sum(-1).numpy()  # (n,): the dot of unit vectors is their cosine
 
 
 def spearman100(gold: Sequence[float], predicted: Sequence[float]) -> float:
@@ -80,7 +80,8 @@ def average_precision(labels: Sequence[int], scores: Sequence[float]) -> float:
 
 # Exercise 9 (ASSIGNMENTS.md)
 def query_metrics(relevant: Sequence[bool]) -> dict[str, float]:
-    """AP, P@1, P@5 and reciprocal rank of one ranked candidate list (True = a gold positive).
+    """AP, P@1, P@5 and reciprocal rank of one ranked candidate list (True = a gold positive), each keyed by the
+    name of its mean over the queries (mean_metrics): "map" holds this query's AP, "mrr" its reciprocal rank.
     AP = mean over the positives of the precision at that positive's rank (USEB's ap_score)."""
     hits, precisions = 0, []
     for rank, is_pos in enumerate(relevant, start=1):
@@ -345,8 +346,8 @@ def parse_tasks(tasks: str | Sequence[str]) -> list[str]:
 def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = None, batch_size: int = 64,
              show_progress: bool = False, split: str = "test") -> dict:
     """Run the tasks; returns {task: score x 100, ..., "avg7": ... (when all seven STS ran), "useb-avg": ...
-    (when the four useb tasks ran), "details": {task: {...}}, "skipped": {task: reason}}. "all" runs every task
-    whose data is present (but not the useb ones); "useb" the four useb tasks. A task named explicitly whose data
+    (when the four useb tasks ran), "details": {task: {...}}, "skipped": {task: reason}}. "all" runs ALL_TASKS
+    whose data is present (the seven STS tests, twitterpara, askubuntu); "useb" the four useb tasks. A task named explicitly whose data
     is missing raises DataMissingError before anything is encoded. `split` ("test" or "valid", USEB's dev data,
     for model selection) is what the useb tasks score; the other tasks ignore it (each reports its test score,
     with dev in details where it has one)."""
@@ -408,7 +409,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help="model folder or Hub id (default: the shipped all-MiniLM-L6-v2)")
     parser.add_argument("--tasks", default="all",
                         help=f"comma-separated: all, useb, {', '.join(TASKS)}, rerank:PATH, sts:PATH, pairs:PATH. "
-                             "all: every task whose data is present except the useb ones; useb: the four useb-* "
+                             f"all: {', '.join(ALL_TASKS)} (those whose data is present); useb: the four useb-* "
                              "tasks and their mean useb-avg, scored as the useb package does on its data-eval (an "
                              "hour or more on a CPU). askubuntu and twitterpara: the same metrics on the separately "
                              "fetched releases, not rounded. Your own files (this file's docstring): rerank:PATH, a "

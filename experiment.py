@@ -9,7 +9,8 @@ train.train itself:
   loader            the training batches (data.make_loader) from the common flags
   held_out_signals  the kept-out items in fixed batches: the dev signals of lib.selection.HeldOut
   settings          train.TrainSettings: the method's recipe, and what the common flags say (FIT: sentence-
-                    transformers' recipe, which fine-tuning follows; CONSERT_FIT: the official ConSERT code's)
+                    transformers' recipe, which fine-tuning follows; CONSERT_FIT: the official ConSERT code's
+                    schedule with PyTorch's AdamW, consert.py --optimizer pytorch)
   say_start, say_done   the run's first and last line
 
 and what model selection reads (--eval-task; lib/selection.py keeps the best encoder and stops early):
@@ -70,7 +71,8 @@ def load_encoder(model: str | Path | None, pooling: str | None, max_length: int 
                  mlm_head: bool = False, bert_class: type[Bert] = Bert) -> SentenceEncoder:
     """--model's encoder (a folder or a Hub id; None: the shipped all-MiniLM-L6-v2), its BERT built as `bert_class`
     (model.Bert, or with --plain off one of speedups/fast.py's subclasses). A checkpoint's masked-LM head is kept
-    only with `mlm_head` (baselines/mlm.py trains it): nothing else uses it, and DDP wants no idle weights."""
+    only with `mlm_head` (baselines/mlm.py trains it; TSDAE's decoder starts its LM head from it): the encoder
+    never uses it, and DDP wants no idle weights."""
     encoder = SentenceEncoder.from_pretrained(model or default_model_path(), pooling=pooling, max_length=max_length,
                                               bert_class=bert_class)
     if not mlm_head:

@@ -6,7 +6,7 @@ losses of sentence-transformers, each on the vectors of the encoder's ordinary f
 decoder), with the encoder's own dropout on.
 
     (anchor, positive [, hard negatives]) -->  in-batch negatives   (Henderson et al. 2017; SimCSE's supervised
-                                                                      recipe with NLI triples, Gao et al. 2021)
+                                                                      recipe with NLI triples, arXiv:2104.08821)
     (sentence1, sentence2, score)         -->  CoSENT (Su 2022), or the cosine regression of SBERT (Reimers &
                                                                       Gurevych 2019, arXiv:1908.10084 §3)
 

@@ -141,21 +141,22 @@ def make_parser() -> cli.ArgumentParser:
                    help="the encoder to start from: a run's model/ folder (e.g. runs/tsdae/model), a checkpoint folder "
                         "or a Hub id (default: the shipped all-MiniLM-L6-v2)")
     p.add_argument("--pooling", default=None, choices=["cls", "mean", "max"],
-                   help="sentence vector (default: the model folder's own; a TSDAE run's is CLS)")
+                   help="sentence vector (default: the model folder's own: a TSDAE run's is its --pooling, CLS unless set)")
     cli.add_length_arguments(p, passes_over="the rows")
     p.add_argument("--batch-size", type=int, default=16,
-                   help="rows per step; each row's positive is every other row's negative. Under torchrun the global "
-                        "batch, split over the processes")
+                   help="rows per step (with pairs and triplets, each row's positive is every other row's negative). "
+                        "Under torchrun the global batch, split over the processes")
     p.add_argument("--lr", type=float, default=2e-5,
                    help="AdamW learning rate (eps 1e-8, weight decay 0.01, linear warm-up from 0 over ceil(10%%) "
                         "of the steps, then linear decay to 0, gradients clipped to norm 1: sentence-transformers' "
                         "fit)")
-    p.add_argument("--scale", type=float, default=20.0, help="the cosine's factor in both losses (1 / temperature)")
+    p.add_argument("--scale", type=float, default=20.0,
+                   help="the cosine's factor in in-batch negatives and CoSENT (1 / temperature); --loss cosine has none")
     p.add_argument("--max-length", type=int, default=None, help="tokens per sentence (default: the model folder's)")
     p.add_argument("--micro-batch", type=int, metavar="N",
-                   help="encode each batch N sentences at a time with the cached gradient (Gao et al. 2021): the whole "
-                        "batch's loss and exact gradient in the encoder memory of N; dropout is drawn per chunk "
-                        "(speedups/gradcache.py)")
+                   help="encode each batch N sentences at a time with the cached gradient (GradCache, "
+                        "arXiv:2101.06983): the whole batch's loss and exact gradient in the encoder memory of N; "
+                        "dropout is drawn per chunk (speedups/gradcache.py)")
     cli.add_run_arguments(p, out="runs/finetune", inputs="the lines of --nli", fast_path=False)  # one path only
     cli.add_selection_arguments(p, eval_every=100, what="e.g. --eval-task sts:dev.tsv, your own dev file")
     return p

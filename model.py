@@ -493,8 +493,9 @@ class RelativePositionBias(nn.Module):
     """MPNet's relative positions (arXiv:2004.09297, pre-training setup; T5's, arXiv:1910.10683 §2.1): a learned
     number per head for the distance between a query and a key, added to the attention scores of every layer (one
     table for all of them), beside the absolute position vectors. Distances go into 32 buckets: 16 for keys before
-    the query, 16 after; within each, distances 0..7 get a bucket each, and 8..127 share 8 buckets on a log scale
-    (the last one for 128 and beyond)."""
+    the query, 16 after; within each, distances 0..7 get a bucket each, and the rest 8 buckets on a log scale
+    8 * 16^(k/8), k = 0..7: the k-th starts at distance 8, 12, 16, 23, 32, 46, 64, 91, the last holding 91 and
+    beyond (tests/test_model.py)."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
@@ -513,7 +514,7 @@ class RelativePositionBias(nn.Module):
         """distance = query position - key position (L, L) -> bucket ids in 0..2 * half - 1."""
         n = distance.abs()
         logarithmic = exact + (torch.log(n.clamp(min=exact).float() / exact) / math.log(far / exact)
-                               * (half - exact)).long()  # 8..15 for distances 8..127
+                               * (half - exact)).long()  # 8..15: 8 + floor(8 log(n/8) / log 16)
         return (distance < 0).long() * half + torch.where(n < exact, n, logarithmic.clamp(max=half - 1))
 
 

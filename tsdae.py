@@ -12,16 +12,10 @@ Read top to bottom:
   4. the loss (§3.1)                     TSDAELoss: -log P(original | vector), token by token
   5. what the vector remembers (§3.2)    greedy_decode, beam_decode: rebuild a sentence from its vector
                                          (examples/reconstruct.py); save_decoder, load_decoder
-What runs: `python tsdae.py --plain` runs this file's classes as they are, on model.Bert. By default
-(tsdae_train.build_objective) TSDAELoss.forward and every layer's forward run as written here, with four pieces
-of speedups/fast.py chosen when the objective is built: the encoder is a fast.PackedBert (its run_layers and
-attention on the real tokens only; tied, its word lookup a SparseGradLookup), and the decoder a
-fast.PackedDecoder (TSDAEDecoder.forward and neg_log_likelihood on the label positions only; its cross_attn a
-SentenceVectorAttention). tests/test_fast.py checks that each gives this file's numbers.
-The experiment (its settings, the batches, the command line) is tsdae_train.py: `python tsdae.py` runs that file
-as the script, which imports this one (so Python reads this file twice then: once as the script, whose only
-job is the hand-over at the bottom, once as the module `tsdae`). Imported, this file imports model.py, data.py
-and lib/ (the weights' files, the one-line errors): never the experiment.
+What runs: `--plain` runs these classes as written. By default speedups/fast.py replaces named pieces (the
+encoder's layers, TSDAEDecoder.forward, each layer's cross_attn, neg_log_likelihood: each says so below) with
+classes that give the same numbers (tests/test_fast.py). The command line is tsdae_train.py's (`python tsdae.py`
+hands over to it); this file imports model.py, data.py and lib/, never the experiment.
 """
 from __future__ import annotations
 
@@ -183,7 +177,8 @@ class DecoderLayer(nn.Module):
         position t may see position t' (t' <= t); with MPNet the float mask of Bert.self_attention_mask."""
         x = self.self_attn_norm(x + self.dropout(self.self_attn(x, causal)))  # (B, L, d)
         # §3.2: keys and values come only from the sentence vector s, a memory of length 1:
-        #   CrossAttn(x) = softmax(x W_q (s W_k)^T / sqrt(d_head)) s W_v, one key per sentence
+        #   CrossAttn(x) = softmax(x W_q (s W_k)^T / sqrt(d_head)) s W_v W_o = s W_v W_o at every position,
+        #   since a softmax over one key is 1 (the default run's fast.SentenceVectorAttention computes just that)
         x = self.cross_attn_norm(x + self.dropout(self.cross_attn(x, memory=memory)))  # (B, L, d)
         return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
 
@@ -224,7 +219,8 @@ class TSDAEDecoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, memory: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """input_ids (B, L), memory (B, 1, d): the sentence vector, all the cross-attention reads -> decoder states
         (B, L, d). With keep (B, L) bool, the kept positions' states only, as rows (T, d) in reading order (keep
-        holds each sentence's first positions)."""
+        holds each sentence's first positions). The default run's fast.PackedDecoder runs the same layers on the
+        kept positions' rows alone."""
         L = input_ids.shape[1]
         # causal: position t sees tokens <= t only. No padding mask is needed: pads sit after every
         # real token, so no real position can see one (the reference code passes none either).
@@ -250,7 +246,9 @@ class TSDAEDecoder(nn.Module):
 
     def neg_log_likelihood(self, states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """sum over the rows t of -log P(labels_t | states_t) = -log softmax(E g(h_t) + b)[labels_t], h_t = states_t,
-        g = the LM head's dense, GELU, LayerNorm (model.MLMHead). states (T, d), labels (T,) -> a scalar."""
+        g = the LM head's dense, GELU, LayerNorm (model.MLMHead). states (T, d), labels (T,) -> a scalar.
+        The default run gets the same sum from fast.VocabularyCrossEntropy (one (T, V) tensor, not autograd's
+        several); `--plain` runs this line."""
         return F.cross_entropy(self.logits(states), labels, reduction="sum")
 
 

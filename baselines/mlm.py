@@ -267,9 +267,10 @@ def make_parser() -> cli.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8,
                    help="sentences per step, TSDAE's (its paper, app. B), so that both pre-trainings see the same "
                         "sentences per step (BERT pre-trained with 256 sequences, §A.2)")
-    p.add_argument("--lr", type=float, default=1e-4,
-                   help="AdamW learning rate, BERT's pre-training one (§A.2), constant: no warm-up or decay, no weight "
-                        "decay, as tsdae.py trains (BERT: 10k warm-up steps, linear decay, weight decay 0.01)")
+    p.add_argument("--lr", type=float, default=5e-5,
+                   help="AdamW learning rate, the TSDAE paper's for this baseline (arXiv:2104.06979 §5.2; BERT "
+                        "pre-trained at 1e-4, §A.2), constant: no warm-up or decay, no weight decay, as tsdae.py trains "
+                        "(BERT: 10k warm-up steps, linear decay, weight decay 0.01)")
     p.add_argument("--mask-rate", type=float, default=0.15,
                    help="share of each sentence's ordinary tokens to predict (§3.1); of them 80%% become [MASK], "
                         "10%% a random token, 10%% stay")

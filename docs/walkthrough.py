@@ -25,7 +25,7 @@
 # 3. TSDAE's bottleneck: the decoder sees one vector of the encoder's (§3.2), and its weights are the encoder's
 # 4. TSDAE's loss, token by token (§3.1)
 # 5. TSDAE trained: what the vector remembers, and the paper's domain claim as a learning curve (§5)
-# 6. ConSERT's views and NT-Xent (arXiv:2105.11741 §3.2-3.3), its temperature, its adversarial view
+# 6. ConSERT's views and NT-Xent (arXiv:2105.11741 §3.1-3.2), its temperature, its adversarial view
 # 7. the collapse of raw BERT vectors, and what each method does to it (ConSERT §1)
 # 8. then your labels: fine-tuning (TSDAE §6)
 #
@@ -549,7 +549,7 @@ else:
 #
 # ## 6. ConSERT: two views of a sentence, and NT-Xent
 #
-# ConSERT makes its views **at the embedding layer** (§3.3), between `Bert.embed` and `Bert.run_layers`
+# ConSERT makes its views **at the embedding layer** (§3.2), between `Bert.embed` and `Bert.run_layers`
 # (`ConSERTLoss.encode`): the words stay the same. Shuffle permutes the position ids
 # (`consert.shuffled_positions`); token cutoff, feature cutoff and dropout zero rows, columns or entries of the
 # (L, d) embedding output (`consert.augment`); the span view leaves the embeddings as they are and changes the
@@ -588,7 +588,7 @@ plt.show()
 # cutoff blanks whole rows, feature cutoff whole columns, dropout scattered entries; span hides the rows outside
 # one contiguous block (through the mask).
 #
-# NT-Xent (§3.2, `consert.nt_xent`): the 2N vectors of a batch's two views, on the unit sphere; each one's other
+# NT-Xent (§3.1, `consert.nt_xent`): the 2N vectors of a batch's two views, on the unit sphere; each one's other
 # view is its positive among the 2N-1 others (the item itself is no candidate). Its matrix of cosines over the
 # temperature is what the loss reads. The unsupervised official views: feature cutoff 0.2 and shuffle, the
 # encoder's dropout off. The check: one row's term read off the matrix by hand, -log of the softmax at the
@@ -629,7 +629,7 @@ assert first_term > 0 and loss_before > 0
 # (the mean over view 1's rows plus the mean over view 2's).
 #
 # The temperature decides how sharply each row's softmax picks one candidate. Row 1's distribution over its 2N-1
-# candidates at 0.05 (the author's later advice, used here), 0.1 (the paper's, §4.5) and 1:
+# candidates at 0.05 (the author's later advice, used here), 0.1 (the paper's, §5.4) and 1:
 
 # %%
 temperatures = (0.05, 0.1, 1.0)
@@ -687,7 +687,7 @@ print(f"NT-Xent of this batch: {loss_before:.3f} raw, {loss_after:.3f} after {co
 # collapse of section 7), the circled positives hardly brighter than the rest; after training the off-diagonal
 # negatives darker while the positives stay bright, and a lower NT-Xent.
 #
-# The view this walkthrough does not train: ConSERT's **adversarial** view (§3.3, `consert.AdversarialConSERTLoss`),
+# The view this walkthrough does not train: ConSERT's **adversarial** view (§3.2, `consert.AdversarialConSERTLoss`),
 # the unaugmented embedding output moved by a small step r (length `adv_norm` per token) in the direction that
 # most increases the loss (the fast gradient value, FGV). It is the hardest view within that radius. Below, from
 # the raw model: view 1 is feature cutoff, view 2 the unaugmented pass, then the adversarial one made from it.
@@ -721,7 +721,7 @@ plt.show()
 # %% [markdown]
 # *What you should see:* a higher NT-Xent against the adversarial view than against the unaugmented pass, and
 # most points below the diagonal: the step pushed each sentence's second view away from its first. The paper uses
-# this view with NLI supervision (§3.4); `consert.py --views adversarial ...` trains with it.
+# this view with NLI supervision (§3.3); `consert.py --views adversarial ...` trains with it.
 #
 # **Exercises 6, 7, 8 and 10**: write `consert.token_cutoff` and `feature_cutoff`, `shuffled_positions`,
 # `nt_xent`, and `span_mask` (`python course/assignments.py grade 6 7 8 10`).

@@ -1,5 +1,5 @@
 """The papers' own ablations in miniature, one command per table: TSDAE's app. A (arXiv:2104.06979, tab. 5-7 and
-the tied decoder) and ConSERT's §4.3-4.6 (arXiv:2105.11741: views, few-shot, temperature, batch size), each arm
+the tied decoder) and ConSERT's §5.2-§5.5 (arXiv:2105.11741: views, few-shot, temperature, batch size), each arm
 from the raw bert-mini stand-in over seeds 0-7 (TSDAE) or 0-2 (ConSERT), beside the paper's number and with a verdict.
 
     python examples/ablations.py tsdae-noise --dry-run     # every arm's commands, and the cost estimate
@@ -74,9 +74,9 @@ class Table:
 
 
 def temperature_table(lr: str, setting: str) -> Table:
-    """ConSERT §4.5 at one learning rate: the paper's curve peaks at 0.08-0.12, so 0.1 is the chosen arm."""
+    """ConSERT §5.4 at one learning rate: the paper's curve peaks at 0.08-0.12, so 0.1 is the chosen arm."""
     temperatures = ("0.01", "0.05", "0.1", "0.2", "0.5")
-    return Table("consert", "ConSERT §4.5", f"the temperature, at lr {lr} ({setting})", "0.1",
+    return Table("consert", "ConSERT §5.4", f"the temperature, at lr {lr} ({setting})", "0.1",
                  {t: (consert_arm(temperature=t, lr=lr), None) for t in temperatures},
                  ordering={t: +1 for t in temperatures if t != "0.1"},
                  metric="a curve, best at 0.08-0.12, worse on either side")
@@ -108,7 +108,7 @@ TABLES = {
         {"tied": (tsdae_arm(), 79.15), "untied": (tsdae_arm(untie=True), 78.77)},
         metric="STS-b Spearman (the paper: validation)"),
     "consert-views": Table(
-        "consert", "ConSERT §4.3", "the two views", "shuffle+feature_cutoff",
+        "consert", "ConSERT §5.2", "the two views", "shuffle+feature_cutoff",
         {f"{a}+{b}": (consert_arm(view1=a, view2=b), 72.74 if (a, b) == VIEW_PAIRS[0] else None) for a, b in VIEW_PAIRS},
         # the paper: the official pair is best; of single views shuffle > token cutoff > feature cutoff ~ dropout > none
         ordering={f"{a}+{b}": +1 for a, b in VIEW_PAIRS[1:]},
@@ -116,12 +116,12 @@ TABLES = {
     "consert-temperature": temperature_table("5e-7", "official"),
     "consert-temperature-2e-5": temperature_table("2e-5", "the author's later advice"),
     "consert-batch": Table(
-        "consert", "ConSERT §4.6", "the batch size, the sentences seen fixed (5,760)", "96",
+        "consert", "ConSERT §5.5", "the batch size, the sentences seen fixed (5,760)", "96",
         {str(b): (consert_arm(batch=b), None) for b in (24, 48, 96, 192)},
         ordering={"24": +1, "48": +1, "192": -1},
         metric="larger batches help modestly"),
     "consert-fewshot": Table(
-        "consert", "ConSERT §4.4", "the unlabelled sentences, upsampled to the corpus's size", "all",
+        "consert", "ConSERT §5.3", "the unlabelled sentences, upsampled to the corpus's size", "all",
         {n: (consert_arm(few_shot=n), None) for n in ("100", "1000", "10000", "all")},
         ordering={"100": +1, "1000": +1, "10000": +1},
         metric="better with more sentences; 100 already beat the baselines"),

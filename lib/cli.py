@@ -51,7 +51,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if ("default" in text or default in (None, False, argparse.SUPPRESS) or action.required
+        if ("default" in text or default is None or default is False or default == argparse.SUPPRESS or action.required
                 or isinstance(action, argparse._HelpAction)):
             return text
         return f"{text} (default: {default})"

@@ -331,7 +331,7 @@ def sentences_of(item: str | tuple) -> list[str]:
 
 
 def few_shot(items: Sequence, n: int, seed: int = 0, upsample: bool = False) -> list:
-    """ConSERT's few-shot study (arXiv:2105.11741 §4.4; the official --data_proportion, --do_upsampling): n items
+    """ConSERT's few-shot study (arXiv:2105.11741 §5.3; the official --data_proportion, --do_upsampling): n items
     drawn at random (by `seed`), in their original order. With `upsample`, repeated up to the size of all the
     items, so that an epoch holds as many batches as on the full corpus: each of the n appears floor(size / n)
     times, and size mod n of them (drawn at random too) once more. (The official code repeats them int(1 / p) times,

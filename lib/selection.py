@@ -71,7 +71,7 @@ class ModelSelection:
 # stop. A corpus alone gives this much: keep some of its lines out of training (lib.corpus.hold_out, --heldout N) and,
 # at each evaluation, compute on them
 #   heldout-loss        the method's own training loss (TSDAE: -log P(original | vector) per token, §3.1;
-#                       ConSERT: cl_weight x NT-Xent, §3.2) with every random draw fixed: the same noise, views and
+#                       ConSERT: cl_weight x NT-Xent, §3.1) with every random draw fixed: the same noise, views and
 #                       dropout masks at every evaluation, so two evaluations differ only by the weights;
 #   heldout-uniformity  the uniformity of their vectors (lib/align_uniform.py): spreading out, or collapsing.
 # Lower is better for both. Whether either tracks a labelled score is measured in docs/evaluation.md.

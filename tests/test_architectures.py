@@ -390,10 +390,17 @@ def test_the_model_flag_names_every_family():
 
 def test_mpnet_adds_one_relative_position_bias_to_every_layer(checkpoints):
     """MPNet's bias table is one for all the layers (transformers' encoder.relative_attention_bias): changing it
-    changes the states, and our buckets are T5's: exact below 8, logarithmic to 128, the sign its own half."""
+    changes the states, and our buckets are T5's: exact below 8, then logarithmic, the sign its own half."""
+    from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
+
     bert = load_bert(checkpoints["mpnet"]).eval()
     distances = torch.tensor([0, 1, 7, 8, 12, 127, 128, 1000, -1, -8, -1000])
     assert model.RelativePositionBias.bucket(distances).tolist() == [0, 1, 7, 8, 9, 15, 15, 15, 17, 24, 31]
+    every = torch.arange(-300, 301)
+    ours = model.RelativePositionBias.bucket(every)
+    assert torch.equal(ours, MPNetEncoder.relative_position_bucket(-every))  # transformers': key - query
+    starts = [int(every[(every >= 0) & (ours == k)].min()) for k in range(8, 16)]
+    assert starts == [8, 12, 16, 23, 32, 46, 64, 91]  # model.RelativePositionBias's docstring: the last from 91
     ids, mask = batch(SentenceEncoder(bert, weights.load_tokenizer(checkpoints["mpnet"])))
     with torch.no_grad():
         before = bert(ids, mask)

@@ -62,6 +62,9 @@ def test_help_has_a_line_for_every_flag_and_each_default_once(make_parser):
     assert "(default: None)" not in text and "(default: False)" not in text
     for block in re.split(r"\n  (?=-)", text):  # one block per flag
         assert block.count("default") <= 1, block
+    shown = [a for a in parser._actions if a.default == 0 and a.default is not False and "default" not in a.help]
+    for action in shown:  # a default of 0 is a value, shown as any other (0 == False in Python)
+        assert re.search(re.escape(action.option_strings[0]) + r"[^\n]*(\n {10,}[^\n]*)*\(default: 0\)", text), action
 
 
 @pytest.mark.parametrize("module, args, message", [

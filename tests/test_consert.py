@@ -614,6 +614,8 @@ def test_bad_input_gets_one_line_error_from_the_cli(nli, message, tmp_path, tiny
     (["--corpus", "x", "--view1", "adversarial", "--view2", "adversarial"], "only one view"),
     (["--corpus", "x", "--view1", "simcse", "--encoder-dropout", "off"], "simcse"),
     (["--corpus", "x", "--rate1", "1.0"], "--rate1 must be in [0, 1)"),
+    (["--strategy", "sup", "--nli", "x", "--nli-view2", "shuffle"], "--nli-view2 would change nothing"),
+    (["--strategy", "sup-unsup", "--nli", "x", "--corpus", "x", "--nli-rate1", "0.1"], "--nli-rate1 would change"),
 ])
 def test_flag_combinations_are_checked(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -818,7 +820,7 @@ def test_the_chosen_optimizer_is_the_one_that_steps(flag, stepped, tiny_model_di
 
 @pytest.mark.quick
 def test_few_shot_upsampling_fills_an_epoch_of_the_full_corpus():
-    """§4.4 with the official --do_upsampling: N sentences repeated up to the corpus's size, each floor or ceil of
+    """§5.3 with the official --do_upsampling: N sentences repeated up to the corpus's size, each floor or ceil of
     (size / N) times, so an epoch holds as many batches as on the full corpus; without it, the N sentences once."""
     from collections import Counter
 

@@ -138,6 +138,33 @@ def test_the_readme_and_lab_tables_regenerate_from_their_scores(script, folder, 
             f"docs/{folder}/{name}.md is stale"
 
 
+def test_the_same_score_table_regenerates_from_its_scores(tmp_path, capsys):
+    """same_score.py --summary from the committed scores.json gives the committed table (LABS.md, lab 5)."""
+    import same_score
+
+    published = ROOT / "docs" / "labs" / "same_score"
+    shutil.copy(published / "scores.json", tmp_path / "scores.json")
+    same_score.main(["--summary", "--results", str(tmp_path)])
+    capsys.readouterr()
+    assert (tmp_path / "table.md").read_bytes() == (published / "table.md").read_bytes()
+
+
+def test_lab_5s_verdicts_stand_without_seed_2_or_seed_3():
+    """LABS.md, lab 5: seeds 2 and 3 score alike at 300 steps; dropping either leaves both comparisons reversed on
+    test and dev by the rule (mean at least 1 point against, p < 0.05), recomputed with scipy."""
+    def score(arm: str, seed: int, split: str) -> float:
+        found = json.loads((ROOT / "docs" / "labs" / "scores" / f"{arm}-s{seed}.json").read_text())
+        return found["eval"]["stsb"] if split == "test" else found["eval"]["details"]["stsb"]["dev"]
+
+    assert lab_results.seeds_of("lab5") == tuple(range(8))
+    for baseline, arm in lab_results.LABS["lab5"][0]:
+        for dropped in (2, 3):
+            seeds = [s for s in range(8) if s != dropped]
+            for split in ("test", "dev"):
+                a, b = [score(arm, s, split) for s in seeds], [score(baseline, s, split) for s in seeds]
+                assert statistics.mean(x - y for x, y in zip(a, b)) <= -1 and stats.ttest_rel(a, b).pvalue < 0.05
+
+
 def quoted_tables(document: str) -> list[tuple[str, str, str]]:
     """(path, command, the text between the marker lines) of every table a document quotes."""
     return re.findall(r"<!-- ([\w/.-]+\.md): (.*?) -->\n(.*?)<!-- end -->", document, re.S)
@@ -152,7 +179,7 @@ def test_the_documents_quote_each_table_as_written():
             assert text == (ROOT / path).read_text(encoding="utf-8"), f"{document} quotes a stale {path}"
             script = {"docs/results": "examples/results.py", "docs/pretraining_claim": "examples/pretraining_claim.py",
                       "docs/domain_claim": "examples/domain_claim.py",
-                      "docs/labs": "examples/lab_results.py",
+                      "docs/labs": "examples/lab_results.py", "docs/labs/same_score": "examples/same_score.py",
                       "bench/results": f"bench/{bench_script(path)}.py --summary {Path(path).with_suffix('.json')}"}
             assert command.startswith(f"python {script[str(Path(path).parent)]}"), f"{document}: {path} by {command}"
             seen.add((document, path))
