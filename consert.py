@@ -159,22 +159,23 @@ def fgv_perturbation(loss: torch.Tensor, embedding_output: torch.Tensor, norm: f
 
 # Exercise 8 (ASSIGNMENTS.md)
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float, same: torch.Tensor | None = None) -> torch.Tensor:
-    """z1, z2: (N, d), row i of both = two views of sentence i. With unit vectors u_k (the 2N rows of z1 and z2),
-    sim(a, b) = u_a . u_b / temperature, and p(k) = item k's other view:
+    """NT-Xent (§3.1, eq. 1). z1, z2: (N, d), row i of both = two views of sentence i. With unit vectors r_k (the
+    2N rows of z1 and z2), sim(a, b) = r_a . r_b / temperature, and p(k) = item k's other view:
 
-        loss_k = -log( exp sim(k, p(k)) / sum over the 2N-1 items j != k of exp sim(k, j) )
-        loss   = mean of loss_k over view 1's rows + mean over view 2's rows   (the official code sums both)
+        loss_k = -log( exp sim(k, p(k)) / sum over the 2N-1 items j != k of exp sim(k, j) )      (eq. 1)
+        loss   = mean of loss_k over view 1's rows + mean over view 2's rows   (the official code sums both;
+                 the paper's L_con, the mean over all 2N, is half of it)
 
     same: (N, N) bool, True where sentences i and j are identical (default: only i = j). A copy of a sentence
     is left out of its candidates: it is no negative of itself."""
     N = len(z1)
-    u = F.normalize(torch.cat([z1, z2]).float(), dim=-1)  # (2N, d), unit length: dot product = cosine
-    sim = u @ u.T / temperature  # (2N, 2N)
-    positive = torch.arange(2 * N, device=u.device).roll(N)  # p(k): row i of view 1 <-> row i of view 2
+    r = F.normalize(torch.cat([z1, z2]).float(), dim=-1)  # (2N, d), unit length: dot product = cosine
+    sim = r @ r.T / temperature  # (2N, 2N)
+    positive = torch.arange(2 * N, device=r.device).roll(N)  # p(k): row i of view 1 <-> row i of view 2
     if same is None:
-        same = torch.eye(N, dtype=torch.bool, device=u.device)
+        same = torch.eye(N, dtype=torch.bool, device=r.device)
     left_out = same.repeat(2, 2)  # (2N, 2N): the item itself (j = k), and copies of its sentence in either view
-    left_out[torch.arange(2 * N, device=u.device), positive] = False  # ... but p(k) stays a candidate
+    left_out[torch.arange(2 * N, device=r.device), positive] = False  # ... but p(k) stays a candidate
     per_item = F.cross_entropy(sim.masked_fill(left_out, float("-inf")), positive, reduction="none")  # (2N,) loss_k
     return per_item[:N].mean() + per_item[N:].mean()
 
@@ -196,15 +197,13 @@ def switch_off_dropout(encoder: SentenceEncoder) -> None:
 class ConSERTLoss(nn.Module):
     """ConSERT's unsupervised objective (§3.1): for a batch of unlabelled sentences {input_ids, attention_mask,
     sentence_keys}, cl_weight * NT-Xent(view 1, view 2). The keys number the batch's sentences, equal for identical
-    ones (sentence_keys, section 6): a copy of a sentence is no negative of it.
+    ones (sentence_keys, part 6 below): a copy of a sentence is no negative of it.
 
     cl_weight: the official code multiplies the contrastive loss by cl_rate = 0.15 in every setting, also
-    when it is the only loss; with AdamW a constant factor then matters only through gradient clipping.
-    gather(x): the rows of x (this batch's vectors, keys, logits) that the losses compare: x itself (own_rows).
-    Under torchrun the experiment gives lib/distributed.py's gather: every process's rows, so the negatives are
-    the whole batch's and N processes compute the loss of the whole batch.
-    Built on it below: the adversarial view (AdversarialConSERTLoss, section 4) and the NLI supervision
-    (SupervisedConSERTLoss, section 5).
+    when it is the only loss; with AdamW a constant factor then matters only through gradient clipping and eps.
+    gather(x): the rows the losses compare, x itself (under torchrun, every process's: lib/distributed.py).
+    Built on it below: the adversarial view (AdversarialConSERTLoss, part 4) and the NLI supervision
+    (SupervisedConSERTLoss, part 5).
     """
 
     view_names = tuple(name for name in VIEW_NAMES if name != "adversarial")  # the views encode makes
@@ -343,7 +342,7 @@ class SupervisedConSERTLoss(AdversarialConSERTLoss):
             self.two_views(batch["premise_ids"], batch["premise_mask"], batch["premise_keys"], premise, supervised)
             + self.two_views(batch["hypothesis_ids"], batch["hypothesis_mask"], batch["hypothesis_keys"],
                              hypothesis, supervised))
-        return supervised + self.cl_weight * contrastive
+        return supervised + self.cl_weight * contrastive  # §3.3: L_joint = L_ce + alpha L_con, alpha = cl_weight
 
 
 # ----------------------------------------------------------------------------

@@ -45,7 +45,7 @@ class Stage:
     steps: int | None = None  # instead of epochs
 
 
-# The official scripts (yym6472/ConSERT, scripts/*-base.sh), stage by stage. A two-stage strategy runs its NLI
+# The official scripts (yym6472/ConSERT, scripts/*-base.sh; the paper's set-up, §4.1), stage by stage. A two-stage strategy runs its NLI
 # stage into OUT/stage1, then the contrastive stage on the corpus from there (its best dev checkpoint, with
 # --eval-data, as the official code saves only that one). Every command-line flag overrides its entry.
 NLI_VIEWS = (View("none"), View("token_cutoff", 0.1))  # joint's (sup makes no views: its loss is the classifier's)
@@ -247,14 +247,16 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
     """Every flag; `view_names`: the views --view1 / --view2 may name (a lab's objective may make more)."""
     p = cli.ArgumentParser(description="Fine-tune a sentence encoder with ConSERT (arXiv:2105.11741): contrastive "
                                        "learning between two views of each sentence made at the embedding layer, "
-                                       "optionally fused with NLI supervision (§3.3). Every default is the official "
-                                       "scripts' (consert_train.OFFICIAL): unsupervised, feature cutoff 0.2 + token "
+                                       "optionally fused with NLI supervision (§3.3). Every training default is the "
+                                       "official scripts' (consert_train.OFFICIAL; not --model, the shipped "
+                                       "all-MiniLM-L6-v2): unsupervised, feature cutoff 0.2 + token "
                                        "shuffle, dropout off, temperature 0.1, batch 96, lr 5e-7, 10 epochs. The "
                                        "author later found lr 2e-5 with temperature 0.05 better.")
     src = p.add_argument_group("data")
     src.add_argument("--corpus", help="UTF-8 text file, one unlabelled sentence per line")
     src.add_argument("--sts-corpus", metavar="DATA_DIR",
-                     help="instead of --corpus: every sentence of STS12-16, STS-b and SICK in DATA_DIR (official set)")
+                     help="instead of --corpus: every sentence of STS12-16, STS-b and SICK in DATA_DIR (the official "
+                          "set, §4.1)")
     src.add_argument("--nli", help="NLI pairs for the supervised strategies: .jsonl (premise, hypothesis, label) "
                                    "or a SICK file")
     src.add_argument("--strategy", default="unsup", choices=list(OFFICIAL),
@@ -277,9 +279,12 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
                           ("nli-", "the NLI stage (sup, joint, and stage 1 of sup-unsup / joint-unsup)")):
         group = p.add_argument_group(title)
         for i in (1, 2):
-            group.add_argument(f"--{prefix}view{i}", choices=view_names, help=f"view {i} (default: the official)")
+            group.add_argument(f"--{prefix}view{i}", choices=view_names,
+                               help=f"view {i} (default: the official; §5.2 compares the pairs)"
+                               + (" (joint stages only: a sup stage makes no views)" if prefix else ""))
             group.add_argument(f"--{prefix}rate{i}", type=float,
-                               help=f"cutoff / span / dropout rate of view {i} (default: the official, else 0.2)")
+                               help=f"cutoff / span / dropout rate of view {i} (default: the official, else 0.2)"
+                               + (" (joint stages only)" if prefix else ""))
         group.add_argument(f"--{prefix}lr", type=float, help="AdamW learning rate (default: the official)")
         group.add_argument(f"--{prefix}epochs", type=int, help="passes over the data (default: the official; "
                                                                 "ignored when the steps are given)")
@@ -297,7 +302,7 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
                       help=f"a {cli.checkpoint_families()} checkpoint: a local folder or a Hub id "
                            "such as bert-base-uncased (default: the shipped all-MiniLM-L6-v2)")
     both.add_argument("--batch-size", type=int, default=96,
-                      help="sentences (or NLI pairs) per step; under torchrun the global batch, split over the processes")
+                      help="sentences (or NLI pairs) per step (§5.5 compares 16-288); under torchrun the global batch, split over the processes")
     both.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§5.4; no stage sup)")
     both.add_argument("--adv-norm", type=float, default=1.0,
                       help="per-token length of the adversarial view's perturbation")

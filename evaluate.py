@@ -1,6 +1,6 @@
 """Score sentence embeddings the way the TSDAE and ConSERT papers do.
 
-STS (ConSERT's table, SentEval data): Spearman x 100 between gold scores and the cosine similarity of the two
+STS (ConSERT's table and §4.1, SentEval data): Spearman x 100 between gold scores and the cosine similarity of the two
 sentence embeddings, on STS12-16, the STS benchmark and SICK-R; "avg7" is the unweighted mean of those seven.
 Ranking (TSDAE's table, the USEB protocol): AskUbuntu MAP (plus P@1, P@5, MRR) after re-ranking 20 BM25 candidates
 by cosine; TwitterPara average precision. USEB itself (TSDAE's tab. 2, the `useb` package's scores to the digit):
@@ -130,7 +130,7 @@ def task_sts_year(year: str):
     def run(encoder, data_dir: Path, batch_size: int, show_progress: bool) -> tuple[float, dict]:
         groups = load_sts_year(data_dir / year, STS_SUBSETS[year])
         per_subset, concatenated = sts_group_scores(encoder, groups, batch_size, show_progress)
-        # ConSERT's "all": one Spearman over every subset's pairs concatenated (not a mean of subsets).
+        # ConSERT's "all" (§4.1): one Spearman over every subset's pairs concatenated (not a mean of subsets).
         details = {**per_subset, "pairs": sum(len(g) for g in groups.values())}
         return concatenated, details
     return run
@@ -439,7 +439,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """python evaluate.py: the table on stdout (and --json). A bad argument exits as argparse does (code 2);
-    any other mistake raises a one-line cli.UsageError, ModelLoadError, UsageError (DataMissingError is one) or CorpusError,
+    any other mistake raises a one-line UsageError (DataMissingError and CorpusError are ones) or ModelLoadError,
     which cli.run prints as "error: ..." (code 1)."""
     parser = make_parser()
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """What every experiment does, written once: above train.py and the methods, below the scripts. The `main` of
 tsdae_train.py, consert_train.py, finetune_train.py and baselines/mlm.py reads its inputs, then calls these steps
-in this order, each the ones it needs (the masked-LM baseline keeps nothing out and selects nothing), then
+in about this order, each the ones it needs (the masked-LM baseline keeps nothing out and selects nothing), then
 train.train itself:
 
   check_run         before anything is loaded: --eval-task has dev data, --device exists, OUT is free
@@ -9,8 +9,8 @@ train.train itself:
   loader            the training batches (data.make_loader) from the common flags
   held_out_signals  the kept-out items in fixed batches: the dev signals of lib.selection.HeldOut
   settings          train.TrainSettings: the method's recipe, and what the common flags say (FIT: sentence-
-                    transformers' recipe, which fine-tuning follows; CONSERT_FIT: the official ConSERT code's
-                    schedule with PyTorch's AdamW, consert.py --optimizer pytorch)
+                    transformers' recipe, which fine-tuning follows; CONSERT_FIT: the official ConSERT code's,
+                    every ConSERT run's; its --optimizer official swaps in the code's own AdamW and warm-up)
   say_start, say_done   the run's first and last line
 
 and what model selection reads (--eval-task; lib/selection.py keeps the best encoder and stops early):

@@ -12,9 +12,10 @@ Read top to bottom:
   4. the loss (§3.1)                     TSDAELoss: -log P(original | vector), token by token
   5. what the vector remembers (§3.2)    greedy_decode, beam_decode: rebuild a sentence from its vector
                                          (examples/reconstruct.py); save_decoder, load_decoder
-What runs: `--plain` runs these classes as written. By default speedups/fast.py replaces named pieces (the
-encoder's layers, TSDAEDecoder.forward, each layer's cross_attn, neg_log_likelihood: each says so below) with
-classes that give the same numbers (tests/test_fast.py). The command line is tsdae_train.py's (`python tsdae.py`
+What runs: `--plain` runs these classes as written. By default speedups/fast.py replaces named pieces with
+classes that give the same numbers (tests/test_fast.py): the encoder's Bert.run_layers and tied word lookup
+(fast.SparseLookupPackedBert, see TSDAELoss.memory), TSDAEDecoder.forward, each layer's cross_attn and
+neg_log_likelihood (each says so below). The command line is tsdae_train.py's (`python tsdae.py`
 hands over to it); this file imports model.py, data.py and lib/, never the experiment.
 """
 from __future__ import annotations
@@ -275,9 +276,8 @@ class TSDAELoss(nn.Module):
     Both give every token of a batch the same weight: they differ by one factor per batch, its label tokens over
     its sentences, and a gradient clipped to norm 1 (train.py) loses it: when every step is clipped, the two train
     alike.
-    global_mean(total, T): total / T (batch_mean). Under torchrun the experiment gives lib.distributed.global_mean:
-    the sums and the counts of every process's share, so N processes compute the loss of the whole batch.
-    decoder_class: TSDAEDecoder, or a subclass with the same parameters (speedups/fast.py's PackedDecoder).
+    global_mean(total, T): total / T (under torchrun, over every process: lib/distributed.py).
+    decoder_class: TSDAEDecoder, or speedups/fast.py's PackedDecoder.
     """
 
     def __init__(self, encoder: SentenceEncoder, tie: bool = True, normalisation: str = "tokens",
@@ -306,7 +306,8 @@ class TSDAELoss(nn.Module):
 
     def memory(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """§3.1: the encoder reads the DAMAGED sentence and gives one vector per sentence, s (B, d); §3.2: s is the
-        decoder's memory, one position (B, 1, d): the bottleneck."""
+        decoder's memory, one position (B, 1, d): the bottleneck. (The default run's encoder is a
+        fast.SparseLookupPackedBert: its layers on the real tokens only, its word lookup with a sparse gradient.)"""
         sentence_vec = self.encoder(batch["damaged_ids"], batch["damaged_mask"])  # (B, d)
         return sentence_vec[:, None, :]  # (B, 1, d)
 

@@ -33,19 +33,19 @@ from typing import Callable, Iterable, Sequence
 if __name__ == "__main__":  # run as a script: the repository root (model.py, data.py, lib/) on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from tokenizers import Tokenizer  # noqa: E402
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from tokenizers import Tokenizer
 
-import data  # noqa: E402
-import experiment  # noqa: E402
-import train  # noqa: E402
-from lib import cli, distributed, weights  # noqa: E402
-from lib.corpus import open_corpus  # noqa: E402
-from lib.errors import UsageError  # noqa: E402
-from model import Bert, BertConfig, MLMHead, SentenceEncoder  # noqa: E402
-from speedups import fast  # noqa: E402
+import data
+import experiment
+import train
+from lib import cli, distributed, weights
+from lib.corpus import open_corpus
+from lib.errors import UsageError
+from model import Bert, BertConfig, MLMHead, SentenceEncoder
+from speedups import fast
 
 IGNORE = -100  # the label of a position that is not predicted (F.cross_entropy's and transformers' ignore_index)
 
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if distributed.init()[1] > 1:  # under torchrun each process would average its own masked tokens
         raise UsageError("baselines/mlm.py runs on one process; run it without torchrun")
     device = experiment.check_run(args)  # bad input stops the run before a model is loaded or a file written
-    card = cli.model_card("MLM", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr)  # card.PAPERS["MLM"]
+    card = cli.model_card("MLM", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr)
     torch.manual_seed(args.seed)
     objective = build_objective(args)
     loader = experiment.loader(MaskedDataset(sentences, objective.encoder.tokenizer, objective.encoder.max_length,

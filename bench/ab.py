@@ -22,17 +22,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import torch  # noqa: E402
+import torch
 
-import consert  # noqa: E402
-import data  # noqa: E402
-from speedups import fast  # noqa: E402
-import train  # noqa: E402
-import tsdae  # noqa: E402
-from bench import (LR, SEED, TRAIN_BATCH, TRAIN_MAX_LENGTH, command_line, finish, machine_description,  # noqa: E402
+import consert
+import data
+from speedups import fast
+import train
+import tsdae
+from bench import (LR, SEED, TRAIN_BATCH, TRAIN_MAX_LENGTH, command_line, finish, machine_description,
                    read_sts_train, record_flags, summary)
-from lib.weights import default_model_path  # noqa: E402
-from model import Bert, SentenceEncoder  # noqa: E402
+from lib.weights import default_model_path
+from model import Bert, SentenceEncoder
 
 TSDAE_VERSIONS = {  # name -> the fast pieces it has
     "fast": ("PackedBert", "PackedDecoder", "gradient_memory"),

@@ -75,18 +75,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
-import torch  # noqa: E402
+import torch
 
-from arms import publish  # noqa: E402
-from lib import weights  # noqa: E402
-from lib import cli  # noqa: E402
-import consert  # noqa: E402
-import data  # noqa: E402
-from speedups import fast  # noqa: E402
-import model  # noqa: E402
-import train  # noqa: E402
-import tsdae  # noqa: E402
-import tsdae_train  # noqa: E402
+from arms import publish
+from lib import weights
+from lib import cli
+import consert
+import data
+from speedups import fast
+import model
+import train
+import tsdae
+import tsdae_train
 
 TRAIN_BATCH, TRAIN_MAX_LENGTH, LR, GRAD_CLIP = 8, 75, 3e-5, 1.0
 ENCODE_BATCH = 64

@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench import command_line, finish, record_flags, summary  # noqa: E402
-from lib.weights import default_model_path  # noqa: E402
+from bench import command_line, finish, record_flags, summary
+from lib.weights import default_model_path
 
 SMALL_LINES = 20000
 

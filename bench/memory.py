@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench import command_line, finish, record_flags, summary  # noqa: E402
-from lib.taskfiles import default_data_dir  # noqa: E402
+from bench import command_line, finish, record_flags, summary
+from lib.taskfiles import default_data_dir
 
 
 def run(args: list[str]) -> tuple[float, float]:

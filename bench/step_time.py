@@ -18,15 +18,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import torch  # noqa: E402
+import torch
 
-from speedups import fast  # noqa: E402
-import train  # noqa: E402
-import tsdae  # noqa: E402
-from bench import LR, SEED, TRAIN_BATCH, TRAIN_MAX_LENGTH, read_sts_train  # noqa: E402
-from lib.taskfiles import default_data_dir  # noqa: E402
-from model import Bert, SentenceEncoder  # noqa: E402
-from lib.weights import default_model_path  # noqa: E402
+from speedups import fast
+import train
+import tsdae
+from bench import LR, SEED, TRAIN_BATCH, TRAIN_MAX_LENGTH, read_sts_train
+from lib.taskfiles import default_data_dir
+from model import Bert, SentenceEncoder
+from lib.weights import default_model_path
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -22,14 +22,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import torch  # noqa: E402
+import torch
 
-import evaluate  # noqa: E402
-from bench import command_line, finish, machine_description, record_flags, summary  # noqa: E402
-from lib import useb  # noqa: E402
-from lib.weights import default_model_path  # noqa: E402
-from model import SentenceEncoder  # noqa: E402
-from speedups import fast  # noqa: E402
+import evaluate
+from bench import command_line, finish, machine_description, record_flags, summary
+from lib import useb
+from lib.weights import default_model_path
+from model import SentenceEncoder
+from speedups import fast
 
 CQADUPSTACK_TITLES = 500_000  # about, over its 12 forums (USEB's data-eval): what the projection is for
 

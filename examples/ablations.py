@@ -27,11 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import arms  # noqa: E402
-from arms import mean_sd, per_seed, run_plan, training, verdict  # noqa: E402
-from lib import cli  # noqa: E402
-from lib.corpus import normalise_whitespace  # noqa: E402
-from lib.datafiles import load_stsb, read_nli, sts_corpus  # noqa: E402
+import arms
+from arms import mean_sd, per_seed, run_plan, training, verdict
+from lib import cli
+from lib.corpus import normalise_whitespace
+from lib.datafiles import load_stsb, read_nli, sts_corpus
 
 # TSDAE's arms vary more between seeds: at 3 seeds the rule projected 4-7 for several of its rows, at 5 seeds 7-8
 # for two (mask, ratio 0.8). ConSERT's rows (dropout off) are mostly below the minimum effect, where more seeds

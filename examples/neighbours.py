@@ -11,13 +11,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-from lib.corpus import read_corpus  # noqa: E402
-from lib.errors import CorpusError  # noqa: E402
-from lib.weights import ModelLoadError, default_model_path  # noqa: E402
-from model import SentenceEncoder  # noqa: E402
+from lib.corpus import read_corpus
+from lib.errors import CorpusError
+from lib.weights import ModelLoadError, default_model_path
+from model import SentenceEncoder
 
 
 def label_agreement(scores: torch.Tensor, labels: list[str], k: int) -> float:

@@ -24,14 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-import evaluate  # noqa: E402
-from lib.weights import ModelLoadError, default_model_path  # noqa: E402
-from lib import align_uniform  # noqa: E402
-from lib.datafiles import STSB_SPLITS, load_stsb  # noqa: E402
-from lib.taskfiles import default_data_dir, missing_file  # noqa: E402
-from model import SentenceEncoder  # noqa: E402
+import evaluate
+from lib.weights import ModelLoadError, default_model_path
+from lib import align_uniform
+from lib.datafiles import STSB_SPLITS, load_stsb
+from lib.taskfiles import default_data_dir, missing_file
+from model import SentenceEncoder
 
 
 def model_and_label(spec: str | None) -> tuple[str, str]:

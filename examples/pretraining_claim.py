@@ -35,11 +35,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import arms  # noqa: E402
-from arms import mean_sd, per_seed, publish, run_plan, training, verdict  # noqa: E402
-from lib import cli, run  # noqa: E402
-from lib.corpus import normalise_whitespace  # noqa: E402
-from lib.datafiles import load_stsb, sts_corpus  # noqa: E402
+import arms
+from arms import mean_sd, per_seed, publish, run_plan, training, verdict
+from lib import cli, run
+from lib.corpus import normalise_whitespace
+from lib.datafiles import load_stsb, sts_corpus
 
 PRETRAININGS = ("none", "mlm", "tsdae")
 SIZES = {"100": 100, "1000": 1000, "all": None}  # k labelled STS-b train pairs (all: 5,749)

@@ -13,13 +13,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from lib import cli  # noqa: E402
-from lib.corpus import read_corpus  # noqa: E402
-from lib.errors import CorpusError  # noqa: E402
-import tsdae  # noqa: E402
-from model import SentenceEncoder  # noqa: E402
+from lib import cli
+from lib.corpus import read_corpus
+from lib.errors import CorpusError
+import tsdae
+from model import SentenceEncoder
 
 
 def make_parser() -> cli.ArgumentParser:

@@ -28,13 +28,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import arms  # noqa: E402
-import heldout_vs_dev  # noqa: E402
-import plot_similarities  # noqa: E402
-from arms import gather, mean_sd, publish, run_plan, training  # noqa: E402
-from lib import cli, run  # noqa: E402
-from lib.datafiles import sts_corpus  # noqa: E402
-from lib.weights import default_model_path  # noqa: E402
+import arms
+import heldout_vs_dev
+import plot_similarities
+from arms import gather, mean_sd, publish, run_plan, training
+from lib import cli, run
+from lib.datafiles import sts_corpus
+from lib.weights import default_model_path
 
 SEEDS = (0, 1, 2)
 EXPERIMENTS = ("mini", "topics", "labels", "collapse", "twitter", "minilm", "heldout")

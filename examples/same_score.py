@@ -28,11 +28,11 @@ from scipy.stats import spearmanr
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import evaluate  # noqa: E402
-from lib import cli  # noqa: E402
-from lib.datafiles import load_stsb  # noqa: E402
-from lib.taskfiles import default_data_dir  # noqa: E402
-from model import SentenceEncoder  # noqa: E402
+import evaluate
+from lib import cli
+from lib.datafiles import load_stsb
+from lib.taskfiles import default_data_dir
+from model import SentenceEncoder
 
 RESAMPLES = 1000
 

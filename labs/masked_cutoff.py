@@ -15,11 +15,11 @@ from pathlib import Path
 if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, consert.py, lib/) on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-import consert_train  # noqa: E402
-from consert import VIEW_NAMES, ConSERTLoss, View, random_subset  # noqa: E402
-from lib import cli  # noqa: E402
+import consert_train
+from consert import VIEW_NAMES, ConSERTLoss, View, random_subset
+from lib import cli
 
 
 def masked_token_cutoff(x: torch.Tensor, attention_mask: torch.Tensor,

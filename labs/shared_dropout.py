@@ -14,11 +14,11 @@ from pathlib import Path
 if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, consert.py, lib/) on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-import consert_train  # noqa: E402
-from consert import ConSERTLoss  # noqa: E402
-from lib import cli  # noqa: E402
+import consert_train
+from consert import ConSERTLoss
+from lib import cli
 
 
 class SharedDropoutConSERTLoss(ConSERTLoss):

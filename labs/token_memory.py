@@ -14,16 +14,16 @@ from pathlib import Path
 if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, consert.py, lib/) on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass
 
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
+import torch
+import torch.nn as nn
 
-import tsdae_train  # noqa: E402
-from tsdae_train import make_parser, parse_args  # noqa: E402, F401 - `python tsdae.py`'s flags are this file's
-from lib import cli  # noqa: E402
-from model import MultiHeadAttention  # noqa: E402
-from tsdae import TSDAELoss  # noqa: E402
+import tsdae_train
+from tsdae_train import make_parser, parse_args  # noqa: F401 - `python tsdae.py`'s flags are this file's
+from lib import cli
+from model import MultiHeadAttention
+from tsdae import TSDAELoss
 
 
 @dataclass

@@ -11,7 +11,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lib.weights import default_model_path  # noqa: E402
+from lib.weights import default_model_path
 
 DATA_DIR = Path(os.environ.get("EVAL_DATA_DIR", ROOT / "data")).resolve()  # as lib.taskfiles.default_data_dir
 

@@ -11,10 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 
-import ablations  # noqa: E402
-import arms  # noqa: E402
-import domain_claim  # noqa: E402
-import pretraining_claim  # noqa: E402
+import ablations
+import arms
+import domain_claim
+import pretraining_claim
 
 
 def dry_run(script: str, *argv) -> list[str]:

@@ -17,12 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import ablations  # noqa: E402
-import arms  # noqa: E402
-import domain_claim  # noqa: E402
-import lab_results  # noqa: E402
-import pretraining_claim  # noqa: E402
-import results  # noqa: E402
+import ablations
+import arms
+import domain_claim
+import lab_results
+import pretraining_claim
+import results
 
 ABLATIONS = ROOT / "docs" / "ablations"
 BENCH_RESULTS = ROOT / "bench" / "results"
