@@ -45,9 +45,9 @@ class Stage:
     steps: int | None = None  # instead of epochs
 
 
-# The official scripts (yym6472/ConSERT, scripts/*-base.sh; the paper's set-up, §4.1), stage by stage. A two-stage strategy runs its NLI
-# stage into OUT/stage1, then the contrastive stage on the corpus from there (its best dev checkpoint, with
-# --eval-data, as the official code saves only that one). Every command-line flag overrides its entry.
+# The official scripts (yym6472/ConSERT, scripts/*-base.sh; the paper's set-up, §4.1), stage by stage. A two-stage
+# strategy runs its NLI stage into OUT/stage1, then the contrastive stage on the corpus from there (its best dev
+# checkpoint, with --eval-data, as the official code saves only that one). Every command-line flag overrides its entry.
 NLI_VIEWS = (View("none"), View("token_cutoff", 0.1))  # joint's (sup makes no views: its loss is the classifier's)
 OFFICIAL = {
     "unsup": [Stage("unsup", (View("feature_cutoff", 0.2), View("shuffle")), lr=5e-7, epochs=10, dropout=False,
@@ -226,8 +226,8 @@ def stage_settings(stage: Stage, out: Path, resume: bool, loader: torch.utils.da
                    heldout: HeldOut | None) -> train.TrainSettings:
     """The official code's recipe, experiment.CONSERT_FIT (eps 1e-6, weight decay 0.01, 10% linear warm-up then
     linear decay, clip 1.0), with its AdamW without bias correction and its warm-up from lr 0 (--optimizer official,
-    the default); --optimizer pytorch: the same recipe with PyTorch's AdamW, warm-up from lr / warm-up steps. The evaluation the flags ask for, scored with
-    --eval-pooling; the card of the stage's `inputs`."""
+    the default); --optimizer pytorch: the same recipe with PyTorch's AdamW, warm-up from lr / warm-up steps.
+    The evaluation the flags ask for, scored with --eval-pooling; the card of the stage's `inputs`."""
     if stage.kind == "unsup":
         lines, corpus = inputs, args.corpus or f"the STS12-16, STS-b and SICK sentences of {args.sts_corpus}"
     else:
@@ -280,8 +280,8 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
         group = p.add_argument_group(title)
         for i in (1, 2):
             group.add_argument(f"--{prefix}view{i}", choices=view_names,
-                               help=f"view {i} (default: the official; §5.2 compares the pairs)"
-                               + (" (joint stages only: a sup stage makes no views)" if prefix else ""))
+                               help=f"view {i} (default: the official; " + (
+                                   "joint stages only: a sup stage makes no views)" if prefix else "§5.2 compares pairs)"))
             group.add_argument(f"--{prefix}rate{i}", type=float,
                                help=f"cutoff / span / dropout rate of view {i} (default: the official, else 0.2)"
                                + (" (joint stages only)" if prefix else ""))
@@ -302,7 +302,8 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
                       help=f"a {cli.checkpoint_families()} checkpoint: a local folder or a Hub id "
                            "such as bert-base-uncased (default: the shipped all-MiniLM-L6-v2)")
     both.add_argument("--batch-size", type=int, default=96,
-                      help="sentences (or NLI pairs) per step (§5.5 compares 16-288); under torchrun the global batch, split over the processes")
+                      help="sentences (or NLI pairs) per step (§5.5 compares 16-288); under torchrun the global "
+                           "batch, split over the processes")
     both.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (§5.4; no stage sup)")
     both.add_argument("--adv-norm", type=float, default=1.0,
                       help="per-token length of the adversarial view's perturbation")

@@ -53,7 +53,8 @@ from speedups import fast
 def pair_cosines(encoder, pairs: Sequence[tuple], batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
     """Cosine similarity of (sentence1, sentence2, ...) pairs: (n,)."""
     n = len(pairs)
-    emb = encode_unique(encoder, [p[0] for p in pairs] + [p[1] for p in pairs], batch_size, show_progress)  # (2n, d), unit rows
+    sentences = [p[0] for p in pairs] + [p[1] for p in pairs]
+    emb = encode_unique(encoder, sentences, batch_size, show_progress)  # (2n, d), unit rows
     return (emb[:n] * emb[n:]).sum(-1).numpy()  # (n,): the dot of unit vectors is their cosine
 
 

@@ -496,7 +496,7 @@ if not QUICK:
 # TSDAE's headline (§5, tab. 2 and 3): trained on a domain's unlabelled text, it beats masked-LM, SimCSE and
 # ConSERT on that domain's tasks, while it trails them on general STS, so STS is a poor guide for choosing a
 # domain method. `examples/domain_claim.py` asks it in miniature on TwitterPara (the same four methods, batches of
-# 8, TwitterPara AP and STS-b test at fixed steps, seeds 0-2) and keeps its scores in git
+# 8, TwitterPara AP and STS-b test at fixed steps, seeds 0-4) and keeps its scores in git
 # (`docs/domain_claim/scores/`). The cell below draws the curves with the script's own functions from whatever
 # scores are there when the notebook is built (`python examples/domain_claim.py --summary` writes the same
 # figure and the tables with their verdicts, `docs/domain_claim/table.md`), and prints, at the last step every

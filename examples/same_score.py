@@ -68,7 +68,7 @@ def table(results: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=cli.HelpFormatter)
     p.add_argument("--pair", nargs=3, action="append", metavar=("NAME", "MODEL1", "MODEL2"), default=[],
                    help="a name and two model folders (repeat for more pairs)")
@@ -76,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default=str(ROOT / "docs" / "labs" / "same_score"),
                    help="where scores.json and table.md go")
     p.add_argument("--summary", action="store_true", help="write the table from scores.json; read no model")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = make_parser()
     args = p.parse_args(argv)
     saved = Path(args.results) / "scores.json"
     results = json.loads(saved.read_text()) if saved.exists() else {}

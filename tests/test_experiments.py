@@ -274,15 +274,16 @@ def test_the_domain_claim_lists_every_point_with_its_papers_settings(tmp_path):
     any goes further; each arm with its paper's settings, at batch 8 and a constant lr."""
     lines = dry_run("domain_claim.py", "--starts", "standin", "--out", str(tmp_path / "runs"), "--results",
                     str(tmp_path / "results"))
-    steps = domain_claim.STEPS["standin"]
-    assert lines[0].startswith(f"{2 + 3 * len(steps) * 4} points to score")
+    steps, seeds = domain_claim.STEPS["standin"], domain_claim.make_parser().parse_args([]).seeds
+    assert seeds == [0, 1, 2, 3, 4]
+    assert lines[0].startswith(f"{2 + len(seeds) * len(steps) * 4} points to score")
     trainings = [line for line in lines if "evaluate.py" not in line][1:]
-    assert len(trainings) == 3 * len(steps) * 4 and all("--batch-size 8" in line for line in trainings)
+    assert len(trainings) == len(seeds) * len(steps) * 4 and all("--batch-size 8" in line for line in trainings)
     assert [line.split()[1] for line in trainings[:4]] == ["tsdae.py", "baselines/mlm.py", "consert.py", "consert.py"]
     assert "--lr 3e-5 --pooling cls --steps 500 " in trainings[0] and "--lr 5e-5 --pooling mean" in trainings[1]
     assert "--view1 simcse --view2 simcse --lr 5e-5 --temperature 0.05" in trainings[2]
     assert "--view1" not in trainings[3] and all("--schedule constant" in line for line in trainings[2:4])
-    assert [int(line.split("--steps ")[1].split()[0]) for line in trainings[::4]] == list(steps) * 3
+    assert [int(line.split("--steps ")[1].split()[0]) for line in trainings[::4]] == list(steps) * len(seeds)
     raw = [line for line in lines if "bert-mini-mlm --tasks" in line]
     assert len(raw) == 2 and "--pooling cls" in raw[0] and "--pooling mean" in raw[1]
 
