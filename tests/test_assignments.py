@@ -170,7 +170,7 @@ NT_XENT_LOOP = """    N = len(z1)
     losses = torch.stack(losses)
     return losses[:N].mean() + losses[N:].mean()
 """
-NT_XENT_BODY = "    N = len(z1)\n    u = F.normalize(torch.cat([z1, z2]).float(), dim=-1)"
+NT_XENT_BODY = "    N = len(z1)\n    r = F.normalize(torch.cat([z1, z2]).float(), dim=-1)"
 
 
 def test_the_four_mistakes_score_0_with_a_message_naming_each(tmp_path):
@@ -666,10 +666,10 @@ PLANTED = [
      "    t = torch.arange(attention_mask.shape[1])[None, :]\n"
      "    return torch.where(t < n, (t + (torch.rand(n.shape) * n).long()) % n, t)\n"
      "    keys = torch.rand(attention_mask.shape, device=attention_mask.device)", "rotation"),
-    (8, "consert", "nt_xent", "u = F.normalize(torch.cat([z1, z2]).float(), dim=-1)",
-     "u = torch.cat([z1, z2]).float()\n    u = u / u.norm(dim=-1, keepdim=True)", "zero vector"),
-    (8, "consert", "nt_xent", "u = F.normalize(torch.cat([z1, z2]).float(), dim=-1)",
-     "u = torch.cat([z1, z2]).float()", "not normalised"),
+    (8, "consert", "nt_xent", "r = F.normalize(torch.cat([z1, z2]).float(), dim=-1)",
+     "r = torch.cat([z1, z2]).float()\n    r = r / r.norm(dim=-1, keepdim=True)", "zero vector"),
+    (8, "consert", "nt_xent", "r = F.normalize(torch.cat([z1, z2]).float(), dim=-1)",
+     "r = torch.cat([z1, z2]).float()", "not normalised"),
     (8, "consert", "nt_xent", "    N = len(z1)\n",
      "    u1, u2 = F.normalize(z1.float(), dim=-1), F.normalize(z2.float(), dim=-1)\n"
      "    return F.cross_entropy(u1 @ u2.T / temperature, torch.arange(len(z1)))\n", "other view's rows"),

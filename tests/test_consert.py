@@ -355,7 +355,7 @@ def test_nt_xent_is_one_matrix_product_with_no_loop_over_the_items():
         calls[N] = Counted.calls
     assert calls[64] <= calls[8] + 8, (
         f"a Python loop over the items: nt_xent makes {calls[8]} PyTorch calls for N = 8 and {calls[64]} for N = 64; "
-        "ASSIGNMENTS.md asks for one matrix product over all 2N items (u @ u.T), with no loop")
+        "ASSIGNMENTS.md asks for one matrix product over all 2N items (r @ r.T), with no loop")
 
 
 def test_nt_xent_is_lower_for_identical_views_than_for_views_shuffled_across_sentences():
