@@ -4,8 +4,8 @@ each sentence apart from the other sentences of the batch.
     sentence --embed--> view 1 (e.g. feature cutoff) --Transformer layers--> mean pool --+
     sentence --embed--> view 2 (e.g. token shuffle)  --Transformer layers--> mean pool --+-- NT-Xent
 
-The views are made AT THE EMBEDDING LAYER (§3.2): the words stay the same; the position ids, the embedding
-layer's output or (span) the attention mask change, between `Bert.embed` and `Bert.run_layers` (ConSERTLoss.encode).
+The views are made AT THE EMBEDDING LAYER (§3.2): the words stay the same; the position ids going into
+`Bert.embed`, or its output or (span) the attention mask before `Bert.run_layers`, change (ConSERTLoss.encode).
 
 Read top to bottom:
   1. the views (§3.2)                  shuffle, token / feature cutoff, span, dropout, adversarial (FGV)
@@ -174,7 +174,9 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float, same: torch.
     positive = torch.arange(2 * N, device=r.device).roll(N)  # p(k): row i of view 1 <-> row i of view 2
     if same is None:
         same = torch.eye(N, dtype=torch.bool, device=r.device)
-    left_out = same.repeat(2, 2)  # (2N, 2N): the item itself (j = k), and copies of its sentence in either view
+    # (2N, 2N): the item itself (j = k, eq. 1's 1[k != i]), and copies of its sentence in either view (not in eq. 1:
+    # this repository's, docs/differences.md)
+    left_out = same.repeat(2, 2)
     left_out[torch.arange(2 * N, device=r.device), positive] = False  # ... but p(k) stays a candidate
     per_item = F.cross_entropy(sim.masked_fill(left_out, float("-inf")), positive, reduction="none")  # (2N,) loss_k
     return per_item[:N].mean() + per_item[N:].mean()
@@ -335,14 +337,17 @@ class SupervisedConSERTLoss(AdversarialConSERTLoss):
         premise = self.unaugmented(batch["premise_ids"], batch["premise_mask"])  # u
         hypothesis = self.unaugmented(batch["hypothesis_ids"], batch["hypothesis_mask"])  # v
         logits = self.classifier(nli_features(premise.z, hypothesis.z, self.nli_feature_kind))  # (B, classes)
-        supervised = F.cross_entropy(self.gather(logits).float(), self.gather(batch["labels"]))  # mean over pairs
+        # §3.3, eq. 2: L_ce = CrossEntropy(W f + b, y), f = the features of (u, v); the mean over the pairs
+        supervised = F.cross_entropy(self.gather(logits).float(), self.gather(batch["labels"]))
         if not self.joint:
             return supervised
         contrastive = (
             self.two_views(batch["premise_ids"], batch["premise_mask"], batch["premise_keys"], premise, supervised)
             + self.two_views(batch["hypothesis_ids"], batch["hypothesis_mask"], batch["hypothesis_keys"],
                              hypothesis, supervised))
-        return supervised + self.cl_weight * contrastive  # §3.3: L_joint = L_ce + alpha L_con, alpha = cl_weight
+        # §3.3: L_joint = L_ce + alpha L_con, alpha = cl_weight (0.15); L_con here is the premises' NT-Xent plus
+        # the hypotheses', each as nt_xent computes it (the official code's, twice the paper's mean over 2N)
+        return supervised + self.cl_weight * contrastive
 
 
 # ----------------------------------------------------------------------------

@@ -247,9 +247,9 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
     """Every flag; `view_names`: the views --view1 / --view2 may name (a lab's objective may make more)."""
     p = cli.ArgumentParser(description="Fine-tune a sentence encoder with ConSERT (arXiv:2105.11741): contrastive "
                                        "learning between two views of each sentence made at the embedding layer, "
-                                       "optionally fused with NLI supervision (§3.3). Every training default is the "
+                                       "optionally fused with NLI supervision (§3.3). The training defaults are the "
                                        "official scripts' (consert_train.OFFICIAL; not --model, the shipped "
-                                       "all-MiniLM-L6-v2): unsupervised, feature cutoff 0.2 + token "
+                                       "all-MiniLM-L6-v2, and no model selection unless --eval-data): unsupervised, feature cutoff 0.2 + token "
                                        "shuffle, dropout off, temperature 0.1, batch 96, lr 5e-7, 10 epochs. The "
                                        "author later found lr 2e-5 with temperature 0.05 better.")
     src = p.add_argument_group("data")

@@ -243,7 +243,8 @@ class EncoderLayer(nn.Module):
         self.attn_dropout = self.dropout if cfg.attention_output_dropout else nn.Identity()
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x (B, L, d). Only self.attn looks across positions; the rest acts on each position alone."""
+        """x (B, L, d). Only self.attn looks across positions; the rest acts on each position alone (so the default
+        run's fast.PackedBert can pass the real tokens' rows alone, (N, d), through the same code)."""
         x = self.attn_norm(x + self.attn_dropout(self.attn(x, mask)))  # (B, L, d)
         return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
 

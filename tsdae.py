@@ -175,11 +175,13 @@ class DecoderLayer(nn.Module):
     # Exercise 4 (ASSIGNMENTS.md)
     def forward(self, x: torch.Tensor, memory: torch.Tensor, causal: torch.Tensor) -> torch.Tensor:
         """x: (B, L, d) decoder states; memory: (B, 1, d), the sentence vector; causal: (L, L) bool, True where
-        position t may see position t' (t' <= t); with MPNet the float mask of Bert.self_attention_mask."""
+        position t may see position t' (t' <= t); with MPNet the float mask of Bert.self_attention_mask. (These
+        are --plain's shapes: the default run's fast.PackedDecoder passes the kept positions' rows, (N, d).)"""
         x = self.self_attn_norm(x + self.dropout(self.self_attn(x, causal)))  # (B, L, d)
         # §3.2: keys and values come only from the sentence vector s, a memory of length 1:
-        #   CrossAttn(x) = softmax(x W_q (s W_k)^T / sqrt(d_head)) s W_v W_o = s W_v W_o at every position,
-        #   since a softmax over one key is 1 (the default run's fast.SentenceVectorAttention computes just that)
+        #   CrossAttn(x) = softmax(x W_q (s W_k)^T / sqrt(d_head)) (s W_v + b_v) W_o + b_o
+        #                = (s W_v + b_v) W_o + b_o at every position, since a softmax over one key is 1
+        #   (the default run's fast.SentenceVectorAttention computes just that)
         x = self.cross_attn_norm(x + self.dropout(self.cross_attn(x, memory=memory)))  # (B, L, d)
         return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
 

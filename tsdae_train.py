@@ -1,7 +1,8 @@
 """TSDAE's experiment, around the method of tsdae.py: the batches, the command line and the run
 (`python tsdae.py` and `python tsdae_train.py` run it).
 
-  make_parser, parse_args   every flag, with the paper's defaults where it gives one (app. A, B)
+  make_parser, parse_args   every flag, with the paper's defaults (app. A, B), but the reference code's loss
+                            normalisation and a run of one epoch, not 100K steps
   main                      the run: experiment.py's steps and the ones below, then train.train
   build_objective           the encoder and TSDAELoss (speedups/fast.py's pieces unless --plain or a lab's objective)
   pair_loader               (damaged, original) pairs in the reference's plain shuffled batches (--bucketing: by length)
