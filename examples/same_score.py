@@ -40,11 +40,12 @@ RESAMPLES = 1000
 def compare(first: Path, second: Path, data_dir: Path) -> dict:
     """Both models' STS-b scores, and how alike they rank the test pairs (x 100)."""
     rng = np.random.default_rng(0)
+    encoders = [SentenceEncoder.from_pretrained(m) for m in (first, second)]
     found = {}
     for split in ("test", "dev"):
         pairs = load_stsb(data_dir / "stsbenchmark" / f"sts-{split}.csv")
         gold = np.array([p[2] for p in pairs])  # (n,)
-        cos = [evaluate.pair_cosines(SentenceEncoder.from_pretrained(m), pairs) for m in (first, second)]  # 2 x (n,)
+        cos = [evaluate.pair_cosines(encoder, pairs) for encoder in encoders]  # 2 x (n,)
         found[split] = [evaluate.spearman100(gold, c) for c in cos]
         if split == "test":
             thirds = np.array_split(rng.permutation(len(gold)), 3)
