@@ -61,9 +61,10 @@ VIEW_NAMES = (
 RATED_VIEWS = ("token_cutoff", "feature_cutoff", "span", "dropout")  # the views that take a rate
 
 
-def check_views(views: tuple[View, View], names: Sequence[str] = VIEW_NAMES) -> None:
-    """The one rule on a pair of views: at most one is adversarial (both would be the same perturbation)."""
-    if any(view.name not in names for view in views):
+def check_views(views: tuple[View, View], names: Sequence[str] | None = VIEW_NAMES) -> None:
+    """The views are among `names`, the ones the objective makes (None: checked before, as the command line's
+    choices check them), and at most one is adversarial (both would be the same perturbation)."""
+    if names is not None and any(view.name not in names for view in views):
         raise ValueError(f"unknown view in {[view.name for view in views]}; choose from {', '.join(names)}")
     if [view.name for view in views] == ["adversarial", "adversarial"]:
         raise ValueError("only one view can be adversarial: both would be the same perturbation")

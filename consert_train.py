@@ -4,9 +4,10 @@ stage, and the command line (`python consert.py` and `python consert_train.py` r
   OFFICIAL, stages     the official scripts' settings (yym6472/ConSERT), with the command line's instead
   OfficialAdamW        the official code's AdamW (--optimizer official; with train.linear_schedule_with_warmup)
   make_parser          every flag
-  main                 read the inputs (lib/datafiles.py: NLI pairs, the official STS sentences), then each stage:
-                       experiment.py's steps and the ones below, then one call of train.train
-  build_encoder, build_objective, stage_loader, held_out_signals, stage_settings, describe
+  main                 read_inputs (lib/datafiles.py: NLI pairs, the official STS sentences), then each stage:
+                       build_encoder, build_objective, prepare_stage, then one call of train.train; a lab of
+                       the contrastive stage (labs/) runs these steps with its own objective
+  stage_loader, held_out_signals, stage_settings, describe   prepare_stage's pieces
 """
 from __future__ import annotations
 
@@ -113,42 +114,57 @@ def with_flags(stage: Stage, args: argparse.Namespace, prefix: str) -> Stage:
 # The run: the strategy's stages, each a call of train.train
 
 
-def main(argv: list[str] | None = None, unsupervised: type[ConSERTLoss] = ConSERTLoss) -> int:
-    """A ConSERT run: each stage of --strategy, one call of the shared loop, from the encoder the
-    stage before left (its best/ with an evaluation). A lab's entry point (labs/, LABS.md) runs it with its
-    subclass of ConSERTLoss, `unsupervised`, for the contrastive stage."""
-    args = parse_args(argv, unsupervised)
-    out = Path(args.out)
+def main(argv: list[str] | None = None) -> int:
+    """A ConSERT run: each stage of --strategy, one call of the shared loop, from the encoder the stage before left
+    (its best/ with an evaluation). A lab of the contrastive stage (labs/, LABS.md) is its own entry point: these
+    steps with its own objective."""
+    args = parse_args(argv)
     plan = stages(args)  # e.g. joint-unsup: joint on NLI, then contrastive on the corpus
-    nli = read_nli(args.nli, args.bad_lines) if plan[0].kind != "unsup" else None
-    corpus = None
-    if plan[-1].kind == "unsup":
-        corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else open_corpus(args.corpus, args.bad_lines)
-    device = experiment.check_run(args)  # bad input stops the run before a model is loaded or a file written
-    _, world = distributed.init()  # once, for every stage
-    torch.manual_seed(args.seed)
-    model_dir = args.model
+    nli, corpus, device, world = read_inputs(args, plan)
+    out, model_dir = Path(args.out), args.model
     for stage, folder in zip(plan, [out / "stage1", out] if len(plan) == 2 else [out]):
         if folder != out and finished(folder):
             print(f"stage 1 ({stage.kind}) already finished in {folder}; continuing with stage 2")
         else:  # one stage: one call of the training loop, from the encoder the stage before left
-            inputs = corpus if stage.kind == "unsup" else nli
             encoder = build_encoder(stage, model_dir, args)
-            objective = build_objective(stage, encoder, args, device, world, unsupervised)
-            trained, kept_out = experiment.hold_out(inputs, args, "lines" if stage.kind == "unsup" else "NLI pairs")
-            if stage.kind == "unsup" and args.few_shot:  # §5.3: N sentences of the corpus, upsampled to its size or not
-                trained = few_shot(trained, args.few_shot, seed=args.seed, upsample=args.upsample)
-            loader = stage_loader(stage, trained, encoder, args, device)
-            heldout = held_out_signals(stage, kept_out, objective, args, device)
-            resume = args.resume and (folder / "checkpoint").exists()
-            run = stage_settings(stage, folder, resume, loader, args, argv, inputs, heldout)
-            experiment.say_start(describe(stage, trained), run, args, device)
+            objective = build_objective(stage, encoder, args, world)
+            loader, run = prepare_stage(stage, objective, corpus if stage.kind == "unsup" else nli, folder, args, argv,
+                                        device)
             state = train.train(encoder, objective, loader, run, device)
             if state.best is not None and distributed.rank() == 0:
                 print(f"best {args.eval_task} {state.best:.4g}: encoder saved to {folder / 'best'}")
         model_dir = folder / "best" if (folder / "best").exists() else folder / "model"
     experiment.say_done(out, "mean pooling")
     return 0
+
+
+def read_inputs(args: argparse.Namespace, plan: list[Stage]) -> tuple[list | None, Sequence[str] | None,
+                                                                      torch.device, int]:
+    """The NLI pairs (if a stage trains on them), the corpus (if one is contrastive), the device and the number of
+    processes: bad input stops the run here, before a model is loaded or a file written."""
+    nli = read_nli(args.nli, args.bad_lines) if plan[0].kind != "unsup" else None
+    corpus = None
+    if plan[-1].kind == "unsup":
+        corpus = sts_corpus(args.sts_corpus) if args.sts_corpus else open_corpus(args.corpus, args.bad_lines)
+    device = experiment.check_run(args)
+    _, world = distributed.init()  # once, for every stage
+    torch.manual_seed(args.seed)
+    return nli, corpus, device, world
+
+
+def prepare_stage(stage: Stage, objective: ConSERTLoss, inputs: Sequence, folder: Path, args: argparse.Namespace,
+                  argv: list[str] | None, device: torch.device) -> tuple[torch.utils.data.DataLoader,
+                                                                         train.TrainSettings]:
+    """One stage's batches (its `inputs` but --heldout's) and settings, said in the stage's first line."""
+    trained, kept_out = experiment.hold_out(inputs, args, "lines" if stage.kind == "unsup" else "NLI pairs")
+    if stage.kind == "unsup" and args.few_shot:  # §5.3: N sentences of the corpus, upsampled to its size or not
+        trained = few_shot(trained, args.few_shot, seed=args.seed, upsample=args.upsample)
+    loader = stage_loader(stage, trained, objective.encoder, args, device)
+    heldout = held_out_signals(stage, kept_out, objective, args, device)
+    resume = args.resume and (folder / "checkpoint").exists()
+    run = stage_settings(stage, folder, resume, loader, args, argv, inputs, heldout)
+    experiment.say_start(describe(stage, trained), run, args, device)
+    return loader, run
 
 
 def describe(stage: Stage, trained: Sequence) -> str:
@@ -170,23 +186,26 @@ def build_encoder(stage: Stage, model_dir: str | Path | None, args: argparse.Nam
     return encoder
 
 
-def build_objective(stage: Stage, encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
-                    world: int, unsupervised: type[ConSERTLoss] = ConSERTLoss) -> ConSERTLoss:
-    """The stage's objective: ConSERTLoss (unsup; a lab's `unsupervised` subclass from its entry point),
-    AdversarialConSERTLoss (unsup with an adversarial view) or SupervisedConSERTLoss (sup, joint); with --micro-batch
-    the cached gradient's (speedups/gradcache.py). Under torchrun its negatives (and NLI pairs) are every process's
-    (--local-negatives: each process's own). The encoder's PackedBert or Bert is build_encoder's choice."""
-    gather = distributed.gather_with_local_grad if world > 1 and not args.local_negatives else distributed.own_rows
-    common = dict(temperature=args.temperature, cl_weight=args.cl_weight, gather=gather)
+def build_objective(stage: Stage, encoder: SentenceEncoder, args: argparse.Namespace, world: int) -> ConSERTLoss:
+    """The stage's objective: ConSERTLoss (unsup), AdversarialConSERTLoss (unsup with an adversarial view) or
+    SupervisedConSERTLoss (sup, joint); with --micro-batch the cached gradient's (speedups/gradcache.py). The
+    encoder's PackedBert or Bert is build_encoder's choice."""
+    common = contrastive_settings(args, world)
     chunks = {"micro_batch": args.micro_batch} if args.micro_batch else {}
-    adversarial = "adversarial" in [view.name for view in stage.views]
     if stage.kind != "unsup":  # §3.3
         supervised = gradcache.ChunkedSupervisedConSERTLoss if args.micro_batch else SupervisedConSERTLoss
         return supervised(encoder, stage.views, len(NLI_LABELS), joint=stage.kind == "joint",
                           nli_features=args.nli_features, adv_norm=args.adv_norm, **chunks, **common)
-    if adversarial:
+    if "adversarial" in [view.name for view in stage.views]:
         return AdversarialConSERTLoss(encoder, stage.views, adv_norm=args.adv_norm, **common)
-    return (gradcache.ChunkedConSERTLoss if args.micro_batch else unsupervised)(encoder, stage.views, **chunks, **common)
+    return (gradcache.ChunkedConSERTLoss if args.micro_batch else ConSERTLoss)(encoder, stage.views, **chunks, **common)
+
+
+def contrastive_settings(args: argparse.Namespace, world: int) -> dict:
+    """Every objective's temperature, weight and negatives: under torchrun every process's batch (and NLI pairs)
+    (--local-negatives: each process's own)."""
+    gather = distributed.gather_with_local_grad if world > 1 and not args.local_negatives else distributed.own_rows
+    return dict(temperature=args.temperature, cl_weight=args.cl_weight, gather=gather)
 
 
 def datasets(stage: Stage, inputs: Sequence, encoder: SentenceEncoder) -> tuple[torch.utils.data.Dataset, Callable]:
@@ -334,12 +353,14 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
     return p
 
 
-def parse_args(argv: list[str] | None = None, unsupervised: type[ConSERTLoss] = ConSERTLoss) -> argparse.Namespace:
-    """The flags, each in its range; the inputs and views each stage of the strategy needs (a lab's `unsupervised`
-    objective: the views it makes, in the contrastive stage)."""
-    lab = unsupervised is not ConSERTLoss
-    p = make_parser(tuple(dict.fromkeys((*VIEW_NAMES, *unsupervised.view_names))))
-    args = p.parse_args(argv)
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The flags, each in its range (check_args)."""
+    p = make_parser()
+    return check_args(p, p.parse_args(argv))
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """The inputs and views each stage of the strategy needs (the views' names are the parser's choices)."""
     kinds = [stage.kind for stage in OFFICIAL[args.strategy]]
     if "unsup" in kinds and bool(args.corpus) == bool(args.sts_corpus):
         p.error(f"--strategy {args.strategy} needs exactly one of --corpus and --sts-corpus")
@@ -354,22 +375,17 @@ def parse_args(argv: list[str] | None = None, unsupervised: type[ConSERTLoss] = 
                         at_least_one=("epochs", "steps", "nli_epochs", "nli_steps", "batch_size", "eval_every",
                                       "micro_batch"),
                         ratios=("rate1", "rate2", "nli_rate1", "nli_rate2"), not_negative=("patience", "nli_patience"))
-    if lab and "unsup" not in kinds:
-        p.error(f"{unsupervised.__name__} is a lab of the contrastive stage: --strategy {args.strategy} has none")
     for stage in stages(args):
         names = [view.name for view in stage.views]
         try:
-            check_views(stage.views, unsupervised.view_names if lab and stage.kind == "unsup" else VIEW_NAMES)
+            check_views(stage.views, names=None)
         except ValueError as e:
-            p.error(f"{unsupervised.__name__}: {e}" if lab and stage.kind == "unsup" else str(e))
-        if not stage.dropout and "simcse" in [view.name for view in stage.views]:
+            p.error(str(e))
+        if not stage.dropout and "simcse" in names:
             p.error("the simcse view is the encoder's own dropout: it needs the encoder's dropout on (or auto)")
-        if args.micro_batch and "adversarial" in [view.name for view in stage.views] and stage.kind != "sup":
+        if args.micro_batch and "adversarial" in names and stage.kind != "sup":
             p.error("--micro-batch cannot take the adversarial view: its perturbation is a gradient through the "
                     "whole batch's loss, inside the forward pass")
-        if lab and stage.kind == "unsup" and (args.micro_batch or "adversarial" in names):
-            p.error(f"{unsupervised.__name__} is a lab of ConSERTLoss itself: not with --micro-batch (the cached "
-                    "gradient chunks ConSERT's own objective) nor the adversarial view")
     cli.check_selection(p, args)
     if args.upsample and not args.few_shot:
         p.error("--upsample repeats the sentences of --few-shot N: give --few-shot too")

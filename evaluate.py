@@ -38,7 +38,8 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 
 from lib import cli, download, useb
-from lib.align_uniform import POSITIVE_SCORE, alignment_uniformity_of, encode_unique  # unit vectors, each sentence once
+from lib.align_uniform import POSITIVE_SCORE, alignment_uniformity_of
+from lib.embed import encode_unique  # unit vectors, each sentence once
 from lib.datafiles import (STS_SUBSETS, STSB_SPLITS, load_askubuntu, load_pit2015, load_rerank_jsonl, load_sick,
                            load_stsb, load_sts_year, load_twitter_url)
 from lib.errors import CorpusError, DataFormatError, DataMissingError
@@ -48,7 +49,7 @@ from model import Bert, SentenceEncoder
 from speedups import fast
 
 # ---------------------------------------------------------------------------
-# Embedding and the metrics (encode_unique: lib/align_uniform.py)
+# Embedding and the metrics (encode_unique: lib/embed.py)
 
 def pair_cosines(encoder, pairs: Sequence[tuple], batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
     """Cosine similarity of (sentence1, sentence2, ...) pairs: (n,)."""

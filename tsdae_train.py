@@ -3,11 +3,11 @@
 
   make_parser, parse_args   every flag, with the paper's defaults (app. A, B), but the reference code's loss
                             normalisation and a run of one epoch, not 100K steps
-  main                      the run: experiment.py's steps and the ones below, then train.train
-  build_objective           the encoder and TSDAELoss (speedups/fast.py's pieces unless --plain or a lab's objective)
-  pair_loader               (damaged, original) pairs in the reference's plain shuffled batches (--bucketing: by length)
-  held_out_pairs            --heldout N: the lines kept out of training, damaged once (a dev signal without labels)
-  decoder_saver             the decoder, saved beside model/
+  main                      the run's steps, then train.train (a lab's entry point, labs/, runs them with its own piece):
+    read_inputs             the corpus, the --heldout lines, the device and the model card (bad input stops here)
+    build_objective         the encoder and TSDAELoss (speedups/fast.py's pieces unless --plain)
+    denoising_pairs, pair_loader   (damaged, original) pairs in the reference's plain shuffled batches
+    settings                the run's settings (the decoder saved beside model/: decoder_saver)
 """
 from __future__ import annotations
 
@@ -29,66 +29,77 @@ from model import Bert, SentenceEncoder
 from speedups import fast
 
 
-def main(argv: list[str] | None = None, objective_class: type[tsdae.TSDAELoss] = tsdae.TSDAELoss,
-         dataset_class: type[tsdae.DenoisingDataset] = tsdae.DenoisingDataset) -> int:
+def main(argv: list[str] | None = None) -> int:
     """A TSDAE run: the corpus, the denoising pairs and TSDAELoss (tsdae.py), then the shared loop, with the
     reference's AdamW at a constant lr, no weight decay, gradients clipped to norm 1 (train.TrainSettings' defaults).
-    A lab's entry point (labs/, LABS.md) runs it with its subclass of the objective or of the pairs, each overriding
-    one named piece."""
+    A lab (labs/, LABS.md) is its own entry point: these steps, with its own objective or pairs."""
     args = parse_args(argv)
-    sentences = open_corpus(args.corpus, args.bad_lines)  # where each line is; its text stays on disk
-    device = experiment.check_run(args)  # bad input stops the run before a model is loaded or a file written
-    card = cli.model_card("TSDAE", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr)
-    sentences, kept_out = experiment.hold_out(sentences, args, "lines")  # a dev signal without labels
-    _, world = distributed.init()
-    if args.micro_batch and world > 1:  # each process would all-reduce once per part, and their parts differ in number
-        raise UsageError("--micro-batch is not written for TSDAE under torchrun yet; more processes make each "
-                         "one's share of the batch smaller instead")
-    torch.manual_seed(args.seed)
-    objective = build_objective(args, objective_class)
-    loader = pair_loader(sentences, objective.encoder, args, device, dataset_class)
-    heldout = experiment.held_out_signals(objective, held_out_pairs(kept_out, objective.encoder, args),
-                                          tsdae.collate_pairs, kept_out, args, device)
-    run = experiment.settings(args, loader, card, heldout, steps=args.steps, epochs=args.epochs, lr=args.lr,
-                              micro_batch=args.micro_batch or 0, save_with_model=decoder_saver(objective, args))
-    experiment.say_start(f"TSDAE: {len(sentences)} sentences", run, args, device)
+    sentences, kept_out, device, card = read_inputs(args, argv)
+    objective = build_objective(args)
+    loader = pair_loader(denoising_pairs(sentences, objective.encoder, args), objective.encoder, args, device)
+    run = settings(objective, loader, kept_out, card, args, device)
     train.train(objective.encoder, objective, loader, run, device)
     experiment.say_done(run.out, f"{args.pooling} pooling")
     return 0
 
 
-def build_objective(args: argparse.Namespace,
-                    objective_class: type[tsdae.TSDAELoss] = tsdae.TSDAELoss) -> tsdae.TSDAELoss:
-    """TSDAELoss (or a lab's `objective_class`) on the encoder of --model, the decoder tied to it; under torchrun
-    its loss is the mean over every process's tokens. Built from speedups/fast.py's subclasses (the encoder a
-    PackedBert, its word lookup a SparseGradLookup when tied, the decoder a PackedDecoder: the plain parameters under
-    their names, the same numbers) unless --plain or a lab's objective (fast.py replaces pieces of TSDAELoss's own)."""
-    quick, tie = not args.plain and objective_class is tsdae.TSDAELoss, not args.untie
-    bert_class = (fast.SparseLookupPackedBert if tie else fast.PackedBert) if quick else Bert
+def read_inputs(args: argparse.Namespace, argv: list[str] | None) -> tuple[Sequence[str], list[str], torch.device,
+                                                                           Callable]:
+    """The corpus lines that train, the --heldout lines kept out (a dev signal without labels), the device and the
+    model card: bad input stops the run here, before a model is loaded or a file written."""
+    sentences = open_corpus(args.corpus, args.bad_lines)  # where each line is; its text stays on disk
+    device = experiment.check_run(args)
+    card = cli.model_card("TSDAE", make_parser(), args, argv, sentences, pooling=args.pooling, lr=args.lr)
+    sentences, kept_out = experiment.hold_out(sentences, args, "lines")
+    _, world = distributed.init()
+    if args.micro_batch and world > 1:  # each process would all-reduce once per part, and their parts differ in number
+        raise UsageError("--micro-batch is not written for TSDAE under torchrun yet; more processes make each "
+                         "one's share of the batch smaller instead")
+    torch.manual_seed(args.seed)
+    return sentences, kept_out, device, card
+
+
+def settings(objective: tsdae.TSDAELoss, loader: torch.utils.data.DataLoader, kept_out: list[str], card: Callable,
+             args: argparse.Namespace, device: torch.device) -> train.TrainSettings:
+    """The run's settings (--heldout's pairs, the decoder saved beside model/), said in the run's first line."""
+    heldout = experiment.held_out_signals(objective, denoising_pairs(kept_out, objective.encoder, args),
+                                          tsdae.collate_pairs, kept_out, args, device)
+    run = experiment.settings(args, loader, card, heldout, steps=args.steps, epochs=args.epochs, lr=args.lr,
+                              micro_batch=args.micro_batch or 0, save_with_model=decoder_saver(objective, args))
+    experiment.say_start(f"TSDAE: {len(loader.dataset)} sentences", run, args, device)
+    return run
+
+
+def build_objective(args: argparse.Namespace) -> tsdae.TSDAELoss:
+    """TSDAELoss on the encoder of --model, the decoder tied to it; under torchrun its loss is the mean over every
+    process's tokens. Built from speedups/fast.py's subclasses (the encoder a PackedBert, its word lookup a
+    SparseGradLookup when tied, the decoder a PackedDecoder: the plain parameters under their names, the same
+    numbers) unless --plain (fast.py replaces pieces of TSDAELoss's own)."""
+    tie = not args.untie
+    bert_class = Bert if args.plain else fast.SparseLookupPackedBert if tie else fast.PackedBert
     # with its masked-LM head, if the checkpoint has one: the decoder's head starts from it (TSDAEDecoder)
     encoder = experiment.load_encoder(args.model, pooling=args.pooling, max_length=args.max_length, mlm_head=True,
                                       bert_class=bert_class)
-    return objective_class(encoder, decoder_class=fast.PackedDecoder if quick else tsdae.TSDAEDecoder, tie=tie,
+    return tsdae.TSDAELoss(encoder, decoder_class=tsdae.TSDAEDecoder if args.plain else fast.PackedDecoder, tie=tie,
                            normalisation=args.loss_normalisation, global_mean=distributed.global_mean)
 
 
-def pair_loader(sentences: Sequence[str], encoder: SentenceEncoder, args: argparse.Namespace, device: torch.device,
-                dataset_class: type[tsdae.DenoisingDataset] = tsdae.DenoisingDataset) -> torch.utils.data.DataLoader:
-    """(damaged, original) pairs, damaged as the flags say, in plain shuffled batches, as the reference's
-    DataLoader(shuffle=True) gives them. With --bucketing, batches of similar original length: less work on padding,
-    but the loss is a mean over the batch's tokens, so in a bucketed batch each sentence weighs about 1/B whatever
-    its length. Only bucketing tokenises the whole corpus first (its lengths)."""
-    dataset = dataset_class(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise, ratio=args.noise_ratio,
-                    seed=args.seed)
-    lengths = data.token_lengths(encoder.tokenizer, sentences, encoder.max_length) if args.bucketing else None
-    return experiment.loader(dataset, tsdae.collate_pairs, encoder, args, device, lengths)
-
-
-def held_out_pairs(kept_out: list[str], encoder: SentenceEncoder, args: argparse.Namespace) -> tsdae.DenoisingDataset:
-    """--heldout N: the kept-out lines, damaged once (as epoch 0 damages them, also in labs/noise_once.py: two runs
-    that differ in how training is damaged score the same damaged lines)."""
-    return tsdae.DenoisingDataset(kept_out, encoder.tokenizer, encoder.max_length, noise=args.noise,
+def denoising_pairs(lines: Sequence[str], encoder: SentenceEncoder, args: argparse.Namespace) -> tsdae.DenoisingDataset:
+    """(damaged, original) pairs of `lines`, damaged as --noise and --noise-ratio say. The --heldout lines too: built
+    as epoch 0 damages them, so two runs that differ in how training is damaged (labs/noise_once.py) score the same
+    damaged lines."""
+    return tsdae.DenoisingDataset(lines, encoder.tokenizer, encoder.max_length, noise=args.noise,
                                   ratio=args.noise_ratio, seed=args.seed)
+
+
+def pair_loader(pairs: tsdae.DenoisingDataset, encoder: SentenceEncoder, args: argparse.Namespace,
+                device: torch.device) -> torch.utils.data.DataLoader:
+    """The pairs in plain shuffled batches, as the reference's DataLoader(shuffle=True) gives them. With --bucketing,
+    batches of similar original length: less work on padding, but the loss is a mean over the batch's tokens, so in
+    a bucketed batch each sentence weighs about 1/B whatever its length. Only bucketing tokenises the whole corpus
+    first (its lengths)."""
+    lengths = data.token_lengths(pairs.tokenizer, pairs.sentences, pairs.max_length) if args.bucketing else None
+    return experiment.loader(pairs, tsdae.collate_pairs, encoder, args, device, lengths)
 
 
 def decoder_saver(objective: tsdae.TSDAELoss, args: argparse.Namespace) -> Callable[[Path], None]:

@@ -278,7 +278,8 @@ def our_tsdae_batches(work: dict, encoder, device: torch.device, bucketing: bool
     Returns (batch order, loader factory)."""
     args = tsdae_train.parse_args(["--corpus", "unused", "--max-length", str(TRAIN_MAX_LENGTH)]
                             + (["--bucketing"] if bucketing else []))
-    reference = tsdae_train.pair_loader(work["train_sentences"], encoder, args, device)
+    reference = tsdae_train.pair_loader(tsdae_train.denoising_pairs(work["train_sentences"], encoder, args), encoder,
+                                        args, device)
     order = list(reference.batch_sampler.iter_batches(0))
     loader = lambda batches: torch.utils.data.DataLoader(
         _PairsByKey(work["pairs"]), batch_sampler=[[(0, i) for i in b] for b in batches],

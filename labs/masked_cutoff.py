@@ -18,6 +18,7 @@ if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, co
 import torch
 
 import consert_train
+from labs import contrastive
 from consert import VIEW_NAMES, ConSERTLoss, View, random_subset
 from lib import cli
 
@@ -51,14 +52,13 @@ def make_parser() -> cli.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """`python consert.py`'s flags, checked as consert_train.main checks them for this objective."""
-    return consert_train.parse_args(argv, MaskedCutoffConSERTLoss)
+    return contrastive.parse_args(argv, MaskedCutoffConSERTLoss)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python labs/masked_cutoff.py FLAGS`: the run of `python consert.py FLAGS`, its contrastive stage trained by
+    """`python labs/masked_cutoff.py FLAGS`: the run of `python consert.py FLAGS` (--strategy unsup), trained by
     this objective (so --view1 / --view2 may name token_cutoff_masked)."""
-    return consert_train.main(argv, unsupervised=MaskedCutoffConSERTLoss)
+    return contrastive.main(argv, MaskedCutoffConSERTLoss)
 
 
 if __name__ == "__main__":

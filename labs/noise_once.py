@@ -15,6 +15,8 @@ if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, co
 
 import random
 
+import experiment
+import train
 import tsdae_train
 from tsdae_train import make_parser, parse_args  # noqa: F401 - `python tsdae.py`'s flags are this file's
 from lib import cli
@@ -29,8 +31,18 @@ class NoiseOnceDataset(DenoisingDataset):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python labs/noise_once.py FLAGS`: the run of `python tsdae.py FLAGS`, each sentence damaged once."""
-    return tsdae_train.main(argv, dataset_class=NoiseOnceDataset)
+    """`python labs/noise_once.py FLAGS`: tsdae_train.main's steps, each sentence damaged once."""
+    args = parse_args(argv)
+    sentences, kept_out, device, card = tsdae_train.read_inputs(args, argv)
+    objective = tsdae_train.build_objective(args)
+    encoder = objective.encoder
+    pairs = NoiseOnceDataset(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise,
+                             ratio=args.noise_ratio, seed=args.seed)
+    loader = tsdae_train.pair_loader(pairs, encoder, args, device)
+    run = tsdae_train.settings(objective, loader, kept_out, card, args, device)
+    train.train(encoder, objective, loader, run, device)
+    experiment.say_done(run.out, f"{args.pooling} pooling")
+    return 0
 
 
 if __name__ == "__main__":

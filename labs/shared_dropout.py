@@ -17,6 +17,7 @@ if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, co
 import torch
 
 import consert_train
+from labs import contrastive
 from consert import ConSERTLoss
 from lib import cli
 
@@ -38,14 +39,13 @@ def make_parser() -> cli.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """`python consert.py`'s flags, checked as consert_train.main checks them for this objective."""
-    return consert_train.parse_args(argv, SharedDropoutConSERTLoss)
+    return contrastive.parse_args(argv, SharedDropoutConSERTLoss)
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python labs/shared_dropout.py --view1 simcse --view2 simcse FLAGS`: the run of `python consert.py` with the
-    same flags, its contrastive stage trained by this objective."""
-    return consert_train.main(argv, unsupervised=SharedDropoutConSERTLoss)
+    same flags (--strategy unsup), trained by this objective."""
+    return contrastive.main(argv, SharedDropoutConSERTLoss)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+import experiment
+import train
 import tsdae_train
 from tsdae_train import make_parser, parse_args  # noqa: F401 - `python tsdae.py`'s flags are this file's
-from lib import cli
+from lib import cli, distributed
 from model import MultiHeadAttention
 from tsdae import TSDAELoss
 
@@ -61,8 +63,17 @@ class TokenMemoryTSDAELoss(TSDAELoss):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python labs/token_memory.py FLAGS`: the run of `python tsdae.py FLAGS` with this objective."""
-    return tsdae_train.main(argv, objective_class=TokenMemoryTSDAELoss)
+    """`python labs/token_memory.py FLAGS`: tsdae_train.main's steps with this objective, on the plain path."""
+    args = parse_args(argv)
+    sentences, kept_out, device, card = tsdae_train.read_inputs(args, argv)
+    encoder = experiment.load_encoder(args.model, pooling=args.pooling, max_length=args.max_length, mlm_head=True)
+    objective = TokenMemoryTSDAELoss(encoder, tie=not args.untie, normalisation=args.loss_normalisation,
+                                     global_mean=distributed.global_mean)
+    loader = tsdae_train.pair_loader(tsdae_train.denoising_pairs(sentences, encoder, args), encoder, args, device)
+    run = tsdae_train.settings(objective, loader, kept_out, card, args, device)
+    train.train(encoder, objective, loader, run, device)
+    experiment.say_done(run.out, f"{args.pooling} pooling")
+    return 0
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
   cli.py          the command-line kit of the scripts       download.py   fetching the evaluation sets
   distributed.py  torchrun: global means, gathered negatives, summed gradients
   run.py          the run folder: checkpoints, log, Ctrl-C    selection.py  best/, early stopping, --heldout's signals
-  align_uniform.py, taskfiles.py   alignment and uniformity; which files a task reads
+  embed.py        sentences to unit vectors, once each      taskfiles.py  which files a task reads
+  align_uniform.py  alignment and uniformity
 Nothing here imports a file outside lib/ (model.py, data.py, the methods, train.py, evaluate.py, experiment.py): what
 run.py and selection.py need of train.py's settings and model.py's encoder they name as Protocols.
 """

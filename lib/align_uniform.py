@@ -26,16 +26,6 @@ POSITIVE_SCORE = 4.0      # STS gold score (0-5) ABOVE which a pair counts as a 
 UNIFORMITY_CHUNK = 256    # rows of each (chunk, N) block of distances: memory chunk x N, whatever N
 
 
-def encode_unique(encoder, sentences: Sequence[str], batch_size: int = 64, show_progress: bool = False) -> torch.Tensor:
-    """Unit-length embeddings, one row per input sentence; each distinct sentence is encoded once. `encoder`: any
-    object with encode(sentences, batch_size=..., show_progress=...) -> (N, d), as model.SentenceEncoder."""
-    unique = list(dict.fromkeys(sentences))
-    emb = torch.as_tensor(encoder.encode(unique, batch_size=batch_size, show_progress=show_progress))
-    emb = F.normalize(emb.float(), dim=-1)  # then cosine similarity = dot product
-    row = {s: i for i, s in enumerate(unique)}
-    return emb[[row[s] for s in sentences]]
-
-
 def alignment(x: torch.Tensor, y: torch.Tensor) -> float:
     """E ||f(x_i) - f(y_i)||^2 over the rows of x, y (P, d): row i of x and row i of y are a positive pair.
     Rows need not be unit length: they are normalised first."""

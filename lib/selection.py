@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 
 from lib import align_uniform
+from lib.embed import encode_unique
 from lib.run import Encoder, RunFolder, RunState
 
 
@@ -102,7 +103,7 @@ class HeldOut:
 
     def uniformity(self, encoder) -> float:
         """The uniformity of the held-out sentences' vectors (lower: more spread out)."""
-        return align_uniform.uniformity(align_uniform.encode_unique(encoder, self.sentences))
+        return align_uniform.uniformity(encode_unique(encoder, self.sentences))
 
     def signals(self) -> dict:
         """{task: encoder -> score}: the --eval-task names of the held-out signals."""

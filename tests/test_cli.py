@@ -1,6 +1,8 @@
 """The command lines as a new user meets them: --help, argument checks, devices, run folders, progress in a log,
 a real Ctrl-C, the runtime requirements, and examples/plot_log.py."""
 import ast
+import importlib
+import inspect
 import json
 import os
 import re
@@ -264,6 +266,8 @@ def test_the_import_graph_has_layers_and_no_cycle():
         assert {m for m in graph[method] if not m.startswith("lib.")} <= {"model", "data"}, (method, graph[method])
         assert {method, "experiment"} <= graph[f"{method}_train"]
         assert not any(m.startswith("labs.") for m in graph[f"{method}_train"])  # each lab is its own entry point
+        module = importlib.import_module(f"{method}_train")  # ... and the paper's run takes no lab's piece
+        assert [list(inspect.signature(f).parameters) for f in (module.main, module.parse_args)] == [["argv"]] * 2
         assert f'runpy.run_module("{method}_train", run_name="__main__")' in files[method].read_text(encoding="utf-8")
     assert heights["tsdae"] == heights["consert"], heights
     assert heights["experiment"] > max(heights["train"], heights["evaluate"]), heights
@@ -352,8 +356,9 @@ def test_best_and_patience_honour_the_scores_direction(higher_is_better, tiny_mo
     scores = iter([3.0, 1.0, 5.0, 0.5, 4.0, 2.0])
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir, pooling="cls")
     objective = tsdae.TSDAELoss(encoder)
-    loader = tsdae_train.pair_loader(small_corpus.read_text().splitlines(), encoder,
-                                     tsdae_train.parse_args(["--corpus", "x", "--batch-size", "4"]), torch.device("cpu"))
+    args = tsdae_train.parse_args(["--corpus", "x", "--batch-size", "4"])
+    pairs = tsdae_train.denoising_pairs(small_corpus.read_text().splitlines(), encoder, args)
+    loader = tsdae_train.pair_loader(pairs, encoder, args, torch.device("cpu"))
     settings = train.TrainSettings(out=tmp_path, steps=6, lr=1e-3, eval_every=1, keep_best=True, patience=2,
                                    eval_fn=lambda enc: next(scores), higher_is_better=higher_is_better)
     state = train.train(encoder, objective, loader, settings, torch.device("cpu"))
@@ -416,7 +421,7 @@ def test_heldout_alone_selects_on_the_heldout_loss(script, tiny_model_dir, small
     score, lower better) and uniformity; best/ is the step of the lowest loss, and its card says which score."""
     module = {"tsdae": tsdae_train, "consert": consert_train}[script]
     trained = []
-    loader = {"tsdae": "pair_loader", "consert": "stage_loader"}[script]
+    loader = {"tsdae": "denoising_pairs", "consert": "stage_loader"}[script]  # the training lines come first
     real = getattr(module, loader)
     monkeypatch.setattr(module, loader, lambda *a, **kw: trained.append(list(a[1 if script == "consert" else 0]))
                         or real(*a, **kw))

@@ -890,7 +890,7 @@ def test_adv_norm_is_the_length_of_the_adversarial_perturbation(tiny_model_dir, 
                                      "--plain"])
     stage = consert_train.stages(args)[0]
     encoder = consert_train.build_encoder(stage, tiny_model_dir, args)
-    obj = consert_train.build_objective(stage, encoder, args, torch.device("cpu"), world=1)
+    obj = consert_train.build_objective(stage, encoder, args, world=1)
     assert type(obj) is AdversarialConSERTLoss and obj.adv_norm == 0.05
     perturbations, real_fgv = [], consert.fgv_perturbation
     monkeypatch.setattr(consert, "fgv_perturbation", lambda *a: perturbations.append(real_fgv(*a)) or perturbations[-1])

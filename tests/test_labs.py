@@ -18,6 +18,7 @@ import train
 import tsdae
 import tsdae_train
 from conftest import losses_with_scrambled_token_states
+from labs import contrastive
 from labs.masked_cutoff import MaskedCutoffConSERTLoss, masked_token_cutoff
 from labs.noise_once import NoiseOnceDataset
 from labs.shared_dropout import SharedDropoutConSERTLoss
@@ -129,16 +130,19 @@ def test_shared_dropout_is_for_two_simcse_views_only(tiny_model_dir, capsys):
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
     with pytest.raises(ValueError, match="choose from simcse"):
         SharedDropoutConSERTLoss(encoder, (View("simcse"), View("shuffle")))
-    args = consert_train.parse_args(["--corpus", "x", "--view1", "simcse", "--view2", "simcse"], SharedDropoutConSERTLoss)
+    args = contrastive.parse_args(["--corpus", "x", "--view1", "simcse", "--view2", "simcse"], SharedDropoutConSERTLoss)
     assert consert_train.stages(args)[0].dropout
     for argv, lab, message in (
             (["--view1", "none", "--view2", "simcse"], SharedDropoutConSERTLoss,
              "SharedDropoutConSERTLoss: unknown view in ['none', 'simcse']; choose from simcse"),
             (["--view1", "simcse", "--view2", "simcse", "--micro-batch", "2"], SharedDropoutConSERTLoss, "--micro-batch"),
-            (["--view1", "none", "--view2", "token_cutoff_masked"], ConSERTLoss, "invalid choice: 'token_cutoff_masked'"),
-            (["--view1", "simcse", "--view2", "simcse", "--shared-dropout"], ConSERTLoss, "unrecognized arguments")):
-        with pytest.raises(SystemExit):
-            consert_train.parse_args(["--corpus", "x", *argv], lab)
+            (["--view1", "simcse", "--view2", "simcse", "--strategy", "joint-unsup", "--nli", "x"],
+             SharedDropoutConSERTLoss, "--strategy unsup only"),
+            (["--view1", "none", "--view2", "token_cutoff_masked"], None, "invalid choice: 'token_cutoff_masked'"),
+            (["--view1", "simcse", "--view2", "simcse", "--shared-dropout"], None, "unrecognized arguments")):
+        with pytest.raises(SystemExit):  # None: the paper's script, which knows no lab
+            (contrastive.parse_args(["--corpus", "x", *argv], lab) if lab
+             else consert_train.parse_args(["--corpus", "x", *argv]))
         assert message in capsys.readouterr().err, argv
 
 

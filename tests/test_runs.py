@@ -157,7 +157,8 @@ def test_the_fast_tsdae_loss_adds_no_rows_of_its_gradient_atomically(wide_tiny_m
 
     args = tsdae_train.parse_args(["--corpus", str(small_corpus), "--model", str(wide_tiny_model), "--batch-size", "8"])
     objective = tsdae_train.build_objective(args)
-    loader = tsdae_train.pair_loader(open_corpus(small_corpus), objective.encoder, args, torch.device("cpu"))
+    pairs = tsdae_train.denoising_pairs(open_corpus(small_corpus), objective.encoder, args)
+    loader = tsdae_train.pair_loader(pairs, objective.encoder, args, torch.device("cpu"))
     loss = objective.train()(next(iter(loader)))
     seen, todo = set(), [loss.grad_fn]
     while todo:
@@ -257,7 +258,7 @@ def test_the_held_out_uniformity_of_an_nli_stage_reads_premises_and_hypotheses(t
     args = consert_train.parse_args(["--strategy", "joint", "--nli", "x", "--heldout", "2", "--batch-size", "2"])
     (stage,) = consert_train.stages(args)
     encoder = consert_train.build_encoder(stage, tiny_model_dir, args)
-    objective = consert_train.build_objective(stage, encoder, args, encoder.device, 1)
+    objective = consert_train.build_objective(stage, encoder, args, 1)
     pairs = [("a premise", "its hypothesis", 1), ("another premise", "another hypothesis", 0)]
     heldout = consert_train.held_out_signals(stage, pairs, objective, args, encoder.device)
     assert heldout.sentences == ["a premise", "its hypothesis", "another premise", "another hypothesis"]

@@ -591,7 +591,8 @@ def test_default_batches_are_a_uniform_shuffle_and_bucketing_is_opt_in(tiny_mode
     spreads = {}
     for name, argv in (("default", []), ("bucketing", ["--bucketing"])):
         args = tsdae_train.parse_args(["--corpus", "x", *argv])
-        loader = tsdae_train.pair_loader(sentences, encoder, args, torch.device("cpu"))
+        loader = tsdae_train.pair_loader(tsdae_train.denoising_pairs(sentences, encoder, args), encoder, args,
+                                         torch.device("cpu"))
         batches = [[i for _, i in keys] for keys in loader.batch_sampler]
         assert [len(b) for b in batches[-1:]] == [4] or name == "bucketing"  # 4004 = 500 x 8 + 4
         assert len(batches) == len(loader.batch_sampler) == 501 and sorted(sum(batches, [])) == list(range(4004))
