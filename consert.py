@@ -42,7 +42,8 @@ from model import MultiHeadAttention, SentenceEncoder, pool
 
 @dataclass(frozen=True)
 class View:
-    """One augmentation of an encoder pass: its name (VIEW_NAMES) and, for cutoffs, span and dropout (RATED_VIEWS), a rate."""
+    """One augmentation of an encoder pass: its name (VIEW_NAMES) and, for cutoffs, span and dropout (every view but
+    UNRATED_VIEWS), a rate."""
 
     name: str
     rate: float = 0.0
@@ -58,7 +59,7 @@ VIEW_NAMES = (
     "simcse",          # unaugmented too; the encoder's own dropout differs between passes (SimCSE, arXiv:2104.08821)
     "adversarial",     # FGV: the unaugmented pass moved uphill on a loss (AdversarialConSERTLoss)
 )
-RATED_VIEWS = ("token_cutoff", "feature_cutoff", "span", "dropout")  # the views that take a rate
+UNRATED_VIEWS = ("none", "shuffle", "simcse", "adversarial")  # every other view takes a rate (a lab's new one too)
 
 
 def check_views(views: tuple[View, View], names: Sequence[str] | None = VIEW_NAMES) -> None:
@@ -324,7 +325,8 @@ class SupervisedConSERTLoss(AdversarialConSERTLoss):
     """NLI pairs {premise_*, hypothesis_*, labels, premise_keys, hypothesis_keys} (§3.3): the supervised loss,
     softmax cross-entropy of a linear classifier on nli_features(u, v) of the unaugmented vectors u, v of premise
     and hypothesis ("sup"); with joint=True plus cl_weight * (NT-Xent between the premises' two views + the same
-    for the hypotheses), the adversarial view (if one) moved uphill on the supervised loss (§3.2)."""
+    for the hypotheses), the adversarial view (if one) moved uphill on the supervised loss (§3.2). It is an
+    AdversarialConSERTLoss for that reason: its two_views, vectors and unaugmented make the joint stage's views."""
 
     def __init__(self, encoder: SentenceEncoder, views: tuple[View, View], nli_classes: int, joint: bool = False,
                  nli_features: str = NLI_FEATURES[0], temperature: float = 0.1, cl_weight: float = 0.15,

@@ -21,7 +21,7 @@ import torch
 import data
 import experiment
 import train
-from consert import (NLI_FEATURES, RATED_VIEWS, VIEW_NAMES, AdversarialConSERTLoss, ConSERTLoss, NLIDataset,
+from consert import (NLI_FEATURES, UNRATED_VIEWS, VIEW_NAMES, AdversarialConSERTLoss, ConSERTLoss, NLIDataset,
                      SentenceDataset, SupervisedConSERTLoss, View, check_views, collate_nli, collate_sentences,
                      switch_off_dropout)
 from lib import cli, distributed
@@ -100,8 +100,8 @@ def with_flags(stage: Stage, args: argparse.Namespace, prefix: str) -> Stage:
     views = []
     for i, official in enumerate(stage.views, start=1):
         name, rate = flag(f"view{i}"), flag(f"rate{i}")
-        # a view named without a rate gets 0.2 if it takes one (cutoffs, span, dropout: consert.View)
-        default_rate = official.rate if name is None else 0.2 if name in RATED_VIEWS else 0.0
+        # a view named without a rate gets 0.2 if it takes one (cutoffs, span, dropout, a lab's: consert.View)
+        default_rate = official.rate if name is None else 0.0 if name in UNRATED_VIEWS else 0.2
         views.append(View(name or official.name, default_rate if rate is None else rate))
     dropout = stage.dropout or "simcse" in [view.name for view in views]  # simcse's view IS the dropout
     dropout = dropout if flag("encoder_dropout") == "auto" else flag("encoder_dropout") == "on"
@@ -163,7 +163,7 @@ def prepare_stage(stage: Stage, objective: ConSERTLoss, inputs: Sequence, folder
     heldout = held_out_signals(stage, kept_out, objective, args, device)
     resume = args.resume and (folder / "checkpoint").exists()
     run = stage_settings(stage, folder, resume, loader, args, argv, inputs, heldout)
-    experiment.say_start(describe(stage, trained), run, args, device)
+    experiment.say_start(describe(stage, trained), run, objective, args, device)
     return loader, run
 
 
@@ -268,7 +268,7 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
                                        "learning between two views of each sentence made at the embedding layer, "
                                        "optionally fused with NLI supervision (§3.3). The training defaults are the "
                                        "official scripts' (consert_train.OFFICIAL; not --model, the shipped "
-                                       "all-MiniLM-L6-v2, and no model selection unless --eval-data): unsupervised, feature cutoff 0.2 + token "
+                                       "all-MiniLM-L6-v2, and no model selection unless --eval-data, --eval-task sts:PATH or --heldout): unsupervised, feature cutoff 0.2 + token "
                                        "shuffle, dropout off, temperature 0.1, batch 96, lr 5e-7, 10 epochs. The "
                                        "author later found lr 2e-5 with temperature 0.05 better.")
     src = p.add_argument_group("data")
@@ -311,8 +311,9 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
         group.add_argument(f"--{prefix}encoder-dropout", default="auto", choices=["auto", "on", "off"],
                            help="BERT's own dropout; auto: the official (off for --strategy unsup, on in every "
                                 "stage of the others), always on when a view is simcse")
-        group.add_argument(f"--{prefix}patience", type=int, help="with --eval-data: stop after this many "
-                           "evaluations without a better dev score (default: the official; 0: never)")
+        group.add_argument(f"--{prefix}patience", type=int, help="with an evaluation (--eval-data, "
+                           "--eval-task sts:PATH, --heldout): stop after this many evaluations without a better "
+                           "score (default: the official; 0: never)")
     p.add_argument("--nli-features", default=NLI_FEATURES[0], choices=NLI_FEATURES, metavar="FEATURES",
                    help=f"the classifier's input, one of two: {NLI_FEATURES[0]} (the official scripts' "
                         f"--concatenation_sent_max_square) or {NLI_FEATURES[1]} (the paper's and SBERT's)")

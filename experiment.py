@@ -123,11 +123,14 @@ def settings(args: argparse.Namespace, batches: torch.utils.data.DataLoader, car
         higher_is_better=higher_is_better(args.eval_task), card=card, **recipe)
 
 
-def say_start(what: str, run: train.TrainSettings, args: argparse.Namespace, device: torch.device) -> None:
-    """The run's first line: what trains, how many steps of how many items, where, and into which folder."""
+def say_start(what: str, run: train.TrainSettings, objective: torch.nn.Module, args: argparse.Namespace,
+              device: torch.device) -> None:
+    """The run's first line: what trains, how many steps of how many items, where, into which folder, and which
+    pieces of speedups/ replace plain ones (none: the plain path, the classes a learner reads)."""
+    fast = sorted({type(m).__name__ for m in objective.modules() if type(m).__module__.startswith("speedups.")})
     if distributed.rank() == 0:
         print(f"{what}: {run.steps} steps of {args.batch_size} at lr {run.lr:g} on {distributed.world_size()} x "
-              f"{device}{' (plain path)' if getattr(args, 'plain', False) else ''}; saving to {run.out}")
+              f"{device} ({'speedups: ' + ', '.join(fast) if fast else 'plain path'}); saving to {run.out}")
 
 
 def say_done(out: Path, note: str) -> None:

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                               decay_steps=fit_decay_steps(len(rows), args), **experiment.FIT)
     loss = "in-batch negatives" if kind != "scored" else args.loss
     what = f"{kind} of anchor, positive and {len(rows[0]) - 2} negatives" if kind == "tuples" else kind
-    experiment.say_start(f"fine-tuning: {len(rows)} {what} ({loss})", run, args, device)
+    experiment.say_start(f"fine-tuning: {len(rows)} {what} ({loss})", run, objective, args, device)
     train.train(encoder, objective, loader, run, device)
     experiment.say_done(run.out, f"{encoder.pooling} pooling")
     return 0

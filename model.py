@@ -251,8 +251,8 @@ class EncoderLayer(nn.Module):
 
 class Bert(nn.Module):
     """The BERT encoder: embed the tokens, then run N layers. `mlm_head` exists only when the checkpoint has one.
-    A subclass may name other classes for two pieces (speedups/fast.py's PackedBert does): the layers' attention,
-    and the word lookup. MPNet adds `relative_bias` (to every layer's scores), ModernBERT `final_norm` (section 8)."""
+    A subclass may name other classes for two pieces: the layers' attention (speedups/fast.py's PackedBert), and
+    the word lookup (its SparseLookupPackedBert). MPNet adds `relative_bias` (to every layer's scores), ModernBERT `final_norm` (section 8)."""
 
     attention_class: type[MultiHeadAttention] = MultiHeadAttention
     lookup_class: type[nn.Embedding] = nn.Embedding

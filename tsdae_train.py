@@ -66,7 +66,7 @@ def settings(objective: tsdae.TSDAELoss, loader: torch.utils.data.DataLoader, ke
                                           tsdae.collate_pairs, kept_out, args, device)
     run = experiment.settings(args, loader, card, heldout, steps=args.steps, epochs=args.epochs, lr=args.lr,
                               micro_batch=args.micro_batch or 0, save_with_model=decoder_saver(objective, args))
-    experiment.say_start(f"TSDAE: {len(loader.dataset)} sentences", run, args, device)
+    experiment.say_start(f"TSDAE: {len(loader.dataset)} sentences", run, objective, args, device)
     return run
 
 
@@ -133,9 +133,10 @@ def make_parser() -> cli.ArgumentParser:
                         "changes each sentence's weight in the token mean")
     p.add_argument("--micro-batch", type=int, metavar="N",
                    help="forward and backward each batch N sentences at a time, each part weighted by its share of the "
-                        "batch's tokens, in the memory of N sentences (one process only): the same loss and gradient "
-                        "to 1e-5 when nothing is drawn at random; with dropout each part draws its own masks (the "
-                        "same distribution, not the same numbers)")
+                        "loss's terms (the batch's tokens; its sentences with --loss-normalisation sentence), in the "
+                        "memory of N sentences (one process only): the same loss and gradient to 1e-5 when nothing "
+                        "is drawn at random; with dropout each part draws its own masks (the same distribution, not "
+                        "the same numbers)")
     p.add_argument("--loss-normalisation", default="tokens", choices=["tokens", "sentence"],
                    help="tokens: mean over the batch's tokens (reference code); sentence: per-sentence sum (paper §3.1). "
                         "One factor per batch apart: when every step is clipped to norm 1 they train alike (LABS.md, lab 6)")

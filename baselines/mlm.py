@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     head = "the checkpoint's" if objective.head_from_checkpoint else "a new one (the checkpoint has none)"
     if args.random_init:
         head = "new, as is the encoder (--random-init: random weights of the config)"
-    experiment.say_start(f"MLM: {len(sentences)} sentences, MLM head: {head}", run, args, device)
+    experiment.say_start(f"MLM: {len(sentences)} sentences, MLM head: {head}", run, objective, args, device)
     train.train(objective.encoder, objective, loader, run, device)
     experiment.say_done(run.out, "with its MLM head" if args.random_init else "the MLM head is not saved there")
     return 0

@@ -26,7 +26,7 @@ class SharedDropoutConSERTLoss(ConSERTLoss):
     """consert.ConSERTLoss (the unsupervised objective) whose forward compares one pass with itself. (In a joint
     stage both simcse views are already the one unaugmented pass: consert.AdversarialConSERTLoss.vectors.)"""
 
-    view_names = ("simcse",)  # both views simcse: ConSERTLoss.__init__ (and consert_train.parse_args) refuse others
+    view_names = ("simcse",)  # both views simcse: ConSERTLoss.__init__ (and labs/contrastive.parse_args) refuse others
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         z = self.encode(batch["input_ids"], batch["attention_mask"], self.views[0])  # (B, d): one pass, one set of masks

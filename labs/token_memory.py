@@ -17,7 +17,6 @@ if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, co
 from dataclasses import dataclass
 
 import torch
-import torch.nn as nn
 
 import experiment
 import train
@@ -25,7 +24,7 @@ import tsdae_train
 from tsdae_train import make_parser, parse_args  # noqa: F401 - `python tsdae.py`'s flags are this file's
 from lib import cli, distributed
 from model import MultiHeadAttention
-from tsdae import TSDAELoss
+from tsdae import TSDAEDecoder, TSDAELoss
 
 
 @dataclass
@@ -36,26 +35,27 @@ class TokenStates:
     mask: torch.Tensor  # (B, Ld), 1 = a real token
 
 
-class TokenMemoryAttention(nn.Module):
-    """A decoder layer's cross-attention (the same module, the same parameters) reading a TokenStates memory:
-    every real token is a key, padding is masked out."""
-
-    def __init__(self, attn: MultiHeadAttention):
-        super().__init__()
-        self.attn = attn
+class TokenMemoryAttention(MultiHeadAttention):
+    """A decoder layer's cross-attention (the same parameters) reading a TokenStates memory: every real token is a
+    key, padding is masked out."""
 
     def forward(self, x: torch.Tensor, mask: None = None, memory: TokenStates | None = None) -> torch.Tensor:
         keys = memory.mask.bool()[:, None, None, :]  # (B, 1, 1, Ld): every query may see every real token
-        return self.attn(x, keys, memory=memory.states)  # (B, L, d)
+        return super().forward(x, keys, memory=memory.states)  # (B, L, d)
+
+
+class TokenMemoryDecoder(TSDAEDecoder):
+    """tsdae.TSDAEDecoder whose layers' cross-attention is a TokenMemoryAttention."""
+
+    cross_attention_class = TokenMemoryAttention
 
 
 class TokenMemoryTSDAELoss(TSDAELoss):
-    """tsdae.TSDAELoss whose memory (TSDAELoss.memory) is the token states instead of the sentence vector."""
+    """tsdae.TSDAELoss whose memory (TSDAELoss.memory) is the token states instead of the sentence vector, read by
+    a TokenMemoryDecoder."""
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        for layer in self.decoder.layers:
-            layer.cross_attn = TokenMemoryAttention(layer.cross_attn)
+        super().__init__(*args, decoder_class=TokenMemoryDecoder, **kwargs)
 
     def memory(self, batch: dict[str, torch.Tensor]) -> TokenStates:
         states = self.encoder.bert(batch["damaged_ids"], batch["damaged_mask"])  # (B, Ld, d), not pooled

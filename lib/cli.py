@@ -1,6 +1,6 @@
-"""The command-line toolkit of the scripts: tsdae_train.py and consert_train.py (which `python tsdae.py` and `python
-consert.py` run), evaluate.py, examples/reconstruct.py and bench/. Only scripts import it: train.py, the
-methods, model.py, data.py and the rest of lib/ know no command line.
+"""The command-line toolkit of the scripts: the *_train.py files (which `python tsdae.py`, `python consert.py` and
+`python finetune.py` run), experiment.py (their shared steps), baselines/mlm.py, evaluate.py, examples/ and bench/.
+train.py, the methods, model.py, data.py and the rest of lib/ know no command line.
 
   ArgumentParser, HelpFormatter   argparse with one-line errors, and --help with each default shown once
   add_run_arguments               the flags every training run has (--out, --resume, --device, --amp, ...)

@@ -1,8 +1,9 @@
-"""Every speed-up of this repository, each a drop-in replacement of one named piece of the plain code.
+"""The speed-ups of the default run, each a subclass that replaces named pieces of the plain code (the cached
+gradient, which saves memory, is speedups/gradcache.py).
 
 What runs by default: the command lines choose these classes when they build the objective, the plain code's
 classes with `--plain`. The method itself (TSDAELoss.forward, ConSERTLoss.forward, every layer's forward) is
-never restated here: each class below is a subclass that replaces one piece and inherits the rest.
+never restated here: each class below replaces the pieces the table names and inherits the rest.
 
   piece (default)            replaces (--plain)                          chosen where
   PackedBert                 model.Bert.run_layers, on the real tokens   SentenceEncoder.from_pretrained(...,
