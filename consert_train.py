@@ -47,8 +47,8 @@ class Stage:
 
 
 # The official scripts (yym6472/ConSERT, scripts/*-base.sh; the paper's set-up, §4.1), stage by stage. A two-stage
-# strategy runs its NLI stage into OUT/stage1, then the contrastive stage on the corpus from there (its best dev
-# checkpoint, with --eval-data, as the official code saves only that one). Every command-line flag overrides its entry.
+# strategy runs its NLI stage into OUT/stage1, then the contrastive stage on the corpus from there (its best/
+# checkpoint when the stage evaluated, as the official code saves only that one). Every command-line flag overrides its entry.
 NLI_VIEWS = (View("none"), View("token_cutoff", 0.1))  # joint's (sup makes no views: its loss is the classifier's)
 OFFICIAL = {
     "unsup": [Stage("unsup", (View("feature_cutoff", 0.2), View("shuffle")), lr=5e-7, epochs=10, dropout=False,
@@ -268,7 +268,7 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
                                        "learning between two views of each sentence made at the embedding layer, "
                                        "optionally fused with NLI supervision (§3.3). The training defaults are the "
                                        "official scripts' (consert_train.OFFICIAL; not --model, the shipped "
-                                       "all-MiniLM-L6-v2, and no model selection unless --eval-data, --eval-task sts:PATH or --heldout): unsupervised, feature cutoff 0.2 + token "
+                                       "all-MiniLM-L6-v2, and no model selection unless an evaluation: --eval-data, --heldout or a task from your own file): unsupervised, feature cutoff 0.2 + token "
                                        "shuffle, dropout off, temperature 0.1, batch 96, lr 5e-7, 10 epochs. The "
                                        "author later found lr 2e-5 with temperature 0.05 better.")
     src = p.add_argument_group("data")
@@ -312,7 +312,7 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
                            help="BERT's own dropout; auto: the official (off for --strategy unsup, on in every "
                                 "stage of the others), always on when a view is simcse")
         group.add_argument(f"--{prefix}patience", type=int, help="with an evaluation (--eval-data, "
-                           "--eval-task sts:PATH, --heldout): stop after this many evaluations without a better "
+                           "--heldout, a task from your own file): stop after this many evaluations without a better "
                            "score (default: the official; 0: never)")
     p.add_argument("--nli-features", default=NLI_FEATURES[0], choices=NLI_FEATURES, metavar="FEATURES",
                    help=f"the classifier's input, one of two: {NLI_FEATURES[0]} (the official scripts' "
@@ -382,6 +382,9 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
             check_views(stage.views, names=None)
         except ValueError as e:
             p.error(str(e))
+        if stage.kind == "joint" and set(names) <= {"none", "simcse"}:
+            p.error(f"in a joint stage the views {' and '.join(names)} are both the one unaugmented pass "
+                    "(consert.AdversarialConSERTLoss.vectors): NT-Xent would compare each vector with itself")
         if not stage.dropout and "simcse" in names:
             p.error("the simcse view is the encoder's own dropout: it needs the encoder's dropout on (or auto)")
         if args.micro_batch and "adversarial" in names and stage.kind != "sup":

@@ -125,8 +125,8 @@ def settings(args: argparse.Namespace, batches: torch.utils.data.DataLoader, car
 
 def say_start(what: str, run: train.TrainSettings, objective: torch.nn.Module, args: argparse.Namespace,
               device: torch.device) -> None:
-    """The run's first line: what trains, how many steps of how many items, where, into which folder, and which
-    pieces of speedups/ replace plain ones (none: the plain path, the classes a learner reads)."""
+    """The line that starts the training: what trains, how many steps of how many items, where, into which folder,
+    and which pieces of speedups/ replace plain ones (none: the plain path, the classes a learner reads)."""
     fast = sorted({type(m).__name__ for m in objective.modules() if type(m).__module__.startswith("speedups.")})
     if distributed.rank() == 0:
         print(f"{what}: {run.steps} steps of {args.batch_size} at lr {run.lr:g} on {distributed.world_size()} x "

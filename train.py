@@ -187,7 +187,7 @@ def micro_batches(batch: dict[str, torch.Tensor], size: int, objective: nn.Modul
     if not size or size >= rows:
         yield batch, 1.0
         return
-    total = float(objective.count(batch))
+    total = float(objective.count(batch)) or 1.0  # no term at all (masked-LM: no chosen position): every loss 0
     for start in range(0, rows, size):
         part = {name: tensor[start : start + size] for name, tensor in batch.items()}
         yield part, float(objective.count(part)) / total

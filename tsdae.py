@@ -181,7 +181,8 @@ class DecoderLayer(nn.Module):
         # §3.2: keys and values come only from the sentence vector s, a memory of length 1:
         #   CrossAttn(x) = softmax(x W_q (s W_k)^T / sqrt(d_head)) (s W_v + b_v) W_o + b_o
         #                = (s W_v + b_v) W_o + b_o at every position, since a softmax over one key is 1
-        #   (the default run's fast.SentenceVectorAttention computes just that)
+        #   (in training attention dropout makes that 1 a 0 or 1 / (1 - p) per position and head; the default
+        #   run's fast.SentenceVectorAttention computes just that, dropout included)
         x = self.cross_attn_norm(x + self.dropout(self.cross_attn(x, memory=memory)))  # (B, L, d)
         return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, L, d)
 

@@ -7,7 +7,7 @@
     read_inputs             the corpus, the --heldout lines, the device and the model card (bad input stops here)
     build_objective         the encoder and TSDAELoss (speedups/fast.py's pieces unless --plain)
     denoising_pairs, pair_loader   (damaged, original) pairs in the reference's plain shuffled batches
-    settings                the run's settings (the decoder saved beside model/: decoder_saver)
+    prepare_run             the run's settings (the decoder saved beside model/: decoder_saver)
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     sentences, kept_out, device, card = read_inputs(args, argv)
     objective = build_objective(args)
     loader = pair_loader(denoising_pairs(sentences, objective.encoder, args), objective.encoder, args, device)
-    run = settings(objective, loader, kept_out, card, args, device)
+    run = prepare_run(objective, loader, kept_out, card, args, device)
     train.train(objective.encoder, objective, loader, run, device)
     experiment.say_done(run.out, f"{args.pooling} pooling")
     return 0
@@ -59,9 +59,9 @@ def read_inputs(args: argparse.Namespace, argv: list[str] | None) -> tuple[Seque
     return sentences, kept_out, device, card
 
 
-def settings(objective: tsdae.TSDAELoss, loader: torch.utils.data.DataLoader, kept_out: list[str], card: Callable,
-             args: argparse.Namespace, device: torch.device) -> train.TrainSettings:
-    """The run's settings (--heldout's pairs, the decoder saved beside model/), said in the run's first line."""
+def prepare_run(objective: tsdae.TSDAELoss, loader: torch.utils.data.DataLoader, kept_out: list[str], card: Callable,
+                args: argparse.Namespace, device: torch.device) -> train.TrainSettings:
+    """The run's settings (--heldout's pairs, the decoder saved beside model/), said in the line that starts training."""
     heldout = experiment.held_out_signals(objective, denoising_pairs(kept_out, objective.encoder, args),
                                           tsdae.collate_pairs, kept_out, args, device)
     run = experiment.settings(args, loader, card, heldout, steps=args.steps, epochs=args.epochs, lr=args.lr,

@@ -9,6 +9,7 @@ import consert_train
 import experiment
 import train
 from consert import VIEW_NAMES, ConSERTLoss, check_views
+from lib import distributed
 
 
 def parse_args(argv: list[str] | None, objective_class: type[ConSERTLoss]) -> argparse.Namespace:
@@ -38,6 +39,8 @@ def main(argv: list[str] | None, objective_class: type[ConSERTLoss]) -> int:
     encoder = consert_train.build_encoder(stage, args.model, args)
     objective = objective_class(encoder, stage.views, **consert_train.contrastive_settings(args, world))
     loader, run = consert_train.prepare_stage(stage, objective, corpus, Path(args.out), args, argv, device)
-    train.train(encoder, objective, loader, run, device)
+    state = train.train(encoder, objective, loader, run, device)
+    if state.best is not None and distributed.rank() == 0:
+        print(f"best {args.eval_task} {state.best:.4g}: encoder saved to {run.out / 'best'}")
     experiment.say_done(run.out, "mean pooling")
     return 0

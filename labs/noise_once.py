@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     pairs = NoiseOnceDataset(sentences, encoder.tokenizer, encoder.max_length, noise=args.noise,
                              ratio=args.noise_ratio, seed=args.seed)
     loader = tsdae_train.pair_loader(pairs, encoder, args, device)
-    run = tsdae_train.settings(objective, loader, kept_out, card, args, device)
+    run = tsdae_train.prepare_run(objective, loader, kept_out, card, args, device)
     train.train(encoder, objective, loader, run, device)
     experiment.say_done(run.out, f"{args.pooling} pooling")
     return 0

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     objective = TokenMemoryTSDAELoss(encoder, tie=not args.untie, normalisation=args.loss_normalisation,
                                      global_mean=distributed.global_mean)
     loader = tsdae_train.pair_loader(tsdae_train.denoising_pairs(sentences, encoder, args), encoder, args, device)
-    run = tsdae_train.settings(objective, loader, kept_out, card, args, device)
+    run = tsdae_train.prepare_run(objective, loader, kept_out, card, args, device)
     train.train(encoder, objective, loader, run, device)
     experiment.say_done(run.out, f"{args.pooling} pooling")
     return 0

@@ -69,7 +69,8 @@ def add_run_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, out:
                    help="continue the run in OUT from its checkpoint, with the same flags; --steps may grow. A "
                         "finished run trains nothing")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in OUT")
-    p.add_argument("--seed", type=int, default=0, help="seed of the batch order, the noise or views, and dropout")
+    p.add_argument("--seed", type=int, default=0, help="seed of the batch order, dropout, and what a method draws (TSDAE's noise, ConSERT's views, "
+                        "finetune's --sample)")
     p.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...")
     p.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"],
                    help="autocast precision (for CUDA; fp16 adds a gradient scaler)")

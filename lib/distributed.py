@@ -10,6 +10,8 @@ share only (tsdae.TSDAELoss(global_mean=...), consert.ConSERTLoss(gather=...); t
   ddp(objective, device)         DistributedDataParallel that SUMS the processes' gradients: each is the
                                  gradient of its own share of the global loss, so the sum is the gradient
   sum_gradients(wrapped)         the same sum, for an objective DDP cannot wrap (gradcache.py's)
+  main_process_says(flag)        the main process's flag on every process: its decision to stop early, which it
+                                 alone can take (it alone evaluates)
 
 On one process every function here is the identity.
 """
@@ -48,6 +50,16 @@ def global_mean(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     others = torch.stack([total.detach().float(), count.float()])
     dist.all_reduce(others)  # (global sum, global count)
     return (total + (others[0] - total.detach())) / others[1]
+
+
+def main_process_says(flag: bool) -> bool:
+    """The main process's `flag`, on every process (they all call this at the same step)."""
+    if world_size() == 1:
+        return flag
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    said = torch.tensor([float(flag)], device=device)
+    dist.broadcast(said, src=0)
+    return bool(said.item())
 
 
 def own_rows(x: torch.Tensor) -> torch.Tensor:

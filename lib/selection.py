@@ -11,7 +11,7 @@ from typing import Callable, Protocol
 import torch
 import torch.nn as nn
 
-from lib import align_uniform
+from lib import align_uniform, distributed
 from lib.embed import encode_unique
 from lib.run import Encoder, RunFolder, RunState
 
@@ -62,7 +62,9 @@ class ModelSelection:
         return {"eval": score, **logged}
 
     def patience_ran_out(self, state: RunState) -> bool:
-        return self.settings.patience > 0 and state.evals_since_best >= self.settings.patience
+        """Under torchrun every process asks, and every one gets the main process's answer: all stop together."""
+        return self.settings.patience > 0 and distributed.main_process_says(
+            state.evals_since_best >= self.settings.patience)
 
 
 # ---------------------------------------------------------------------------

@@ -216,8 +216,8 @@ class PackedDecoder(tsdae.TSDAEDecoder):
         return VocabularyCrossEntropy.apply(head.transform(states), E, head.bias, labels, lambda: self.gradient_memory(E))
 
     def gradient_memory(self, E: torch.Tensor) -> torch.Tensor | None:
-        """Where E's gradient (47 MB for BERT) is written when E.grad is None, on CPU: memory kept from step to
-        step. A fresh 47 MB tensor costs page faults every step (freed memory that large goes back to the system);
+        """Where E's gradient (V x d floats: 47 MB for all-MiniLM-L6-v2, 94 MB for bert-base) is written when E.grad
+        is None, on CPU: memory kept from step to step. A fresh tensor that large costs page faults every step (freed memory that large goes back to the system);
         here the memory stays (a numpy array) and each step gets a new tensor over it (torch.from_numpy). A
         reference to an old E.grad kept across steps would see the new gradient."""
         if E.device.type != "cpu" or E.dtype != torch.float32:

@@ -616,6 +616,8 @@ def test_bad_input_gets_one_line_error_from_the_cli(nli, message, tmp_path, tiny
     (["--corpus", "x", "--rate1", "1.0"], "--rate1 must be in [0, 1)"),
     (["--strategy", "sup", "--nli", "x", "--nli-view2", "shuffle"], "--nli-view2 would change nothing"),
     (["--strategy", "sup-unsup", "--nli", "x", "--corpus", "x", "--nli-rate1", "0.1"], "--nli-rate1 would change"),
+    (["--strategy", "joint", "--nli", "x", "--nli-view1", "simcse", "--nli-view2", "simcse"], "compare each vector"),
+    (["--strategy", "joint", "--nli", "x", "--nli-view2", "none"], "both the one unaugmented pass"),
 ])
 def test_flag_combinations_are_checked(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:

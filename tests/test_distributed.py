@@ -13,10 +13,10 @@ from lib.weights import read_safetensors
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def launch(script: str, nproc: int, *args) -> None:
+def launch(script: str, nproc: int, *args, timeout: int = 600) -> None:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     cmd = (launcher if nproc > 1 else [sys.executable]) + [str(ROOT / script), *map(str, args)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                             env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
 
@@ -69,6 +69,18 @@ def test_two_processes_train_like_one_tsdae(tiny_model_dir, corpus, tmp_path):
     assert_same_run(tmp_path / "one", tmp_path / "two")
     assert len(evaluations(tmp_path / "one")) == 3
     assert evaluations(tmp_path / "one") == pytest.approx(evaluations(tmp_path / "two"), abs=1e-5)
+
+
+def test_early_stopping_stops_every_process_at_the_main_process_step(tiny_model_dir, corpus, tmp_path):
+    """The main process alone evaluates, so it alone sees the patience run out: every process must stop with it
+    (a process left behind would wait forever in the next step's all-reduce: the timeout)."""
+    common = ["--corpus", corpus, "--model", tiny_model_dir, "--batch-size", 10, "--steps", 40, "--lr", 1e-3,
+              "--device", "cpu", "--view1", "none", "--view2", "none", "--encoder-dropout", "off",
+              "--heldout", 5, "--eval-every", 1, "--patience", 1]
+    launch("consert.py", 1, *common, "--out", tmp_path / "one", timeout=180)
+    launch("consert.py", 2, *common, "--out", tmp_path / "two", timeout=180)
+    assert len(losses(tmp_path / "one")) < 40  # it did stop early
+    assert_same_run(tmp_path / "one", tmp_path / "two")
 
 
 def test_checkpoint_written_once_and_resumable_on_any_number_of_processes(tiny_model_dir, corpus, tmp_path):

@@ -117,6 +117,9 @@ def test_micro_batches_give_the_loss_and_gradient_of_the_whole_batch(tiny_mlm_di
         total += part_loss.item()
     assert abs(total - whole.item()) < 1e-5
     assert (encoder.bert.embeddings.word.weight.grad - grad).abs().max() < 1e-5
+    nothing_chosen = {**batch, "labels": torch.full_like(batch["labels"], mlm.IGNORE)}  # L = 0, in parts too
+    assert [objective(part).item() * weight for part, weight in train.micro_batches(nothing_chosen, 3, objective)] \
+        == [0.0] * len(range(0, len(batch["labels"]), 3))
 
 
 # ---------------------------------------------------------------- the masking
