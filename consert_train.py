@@ -287,7 +287,7 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
     src.add_argument("--upsample", action="store_true",
                      help="with --few-shot: repeat the N sentences up to the corpus's size, each floor or ceil of "
                           "(size / N) times, so an epoch holds as many batches as the full corpus's (the official "
-                          "--do_upsampling)")
+                          "--do_upsampling repeats them int(size / N) times: lib/corpus.few_shot)")
     src.add_argument("--max-length", type=int, default=64,
                      help="the official max_seq_length: a sentence keeps at most max-length + 3 tokens, its two "
                           "special tokens included, so max-length + 1 word pieces (its min(n, max_seq_length) + 3)")
@@ -369,6 +369,12 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
         p.error(f"--strategy {args.strategy} needs --nli")
     unused = [f"--{name.replace('_', '-')}" for name in ("nli_view1", "nli_view2", "nli_rate1", "nli_rate2")
               if getattr(args, name) is not None]
+    contrastive_flags = [f"--{name.replace('_', '-')}" for name in ("corpus", "sts_corpus", "lr", "epochs", "steps",
+                         "patience", "view1", "view2", "rate1", "rate2") if getattr(args, name) is not None]
+    contrastive_flags += ["--encoder-dropout"] if args.encoder_dropout != "auto" else []
+    if "unsup" not in kinds and contrastive_flags:
+        p.error(f"--strategy {args.strategy} has no contrastive stage: {', '.join(contrastive_flags)} would change "
+                "nothing (its NLI stage takes --nli-lr, --nli-epochs, ...)")
     if "sup" in kinds and unused:
         p.error(f"--strategy {args.strategy}'s NLI stage trains the classifier alone, with no views: "
                 f"{', '.join(unused)} would change nothing")

@@ -48,9 +48,13 @@ CONSERT_FIT = dict(weight_decay=0.01, adam_eps=1e-6, warmup_ratio=0.1, schedule=
 
 def check_run(args: argparse.Namespace) -> torch.device:
     """What every run checks once its inputs are read, before a model is loaded or a file written: --eval-task has
-    dev data (and, with --eval-data, its files are there), --device is one this machine has, OUT holds no run (or
-    --resume / --overwrite says what to do with it). Returns the device."""
+    dev data (and, with --eval-data, its files are there; a task of that folder without it is refused, as it would
+    evaluate nothing), --device is one this machine has, OUT holds no run (or --resume / --overwrite says what to
+    do with it). Returns the device."""
     check_dev_task(args.eval_task, args.eval_data)
+    if args.eval_task and not cli.evaluates(args):
+        raise UsageError(f"--eval-task {args.eval_task} reads its dev data from --eval-data DIR (`python evaluate.py "
+                         "--fetch-data DIR` fills one): without it nothing would be evaluated")
     device = cli.device(args.device)
     cli.say_if_amp_is_slow(device, args.amp)
     cli.check_out_folder(Path(args.out), args.resume, args.overwrite)

@@ -1,6 +1,7 @@
 """The command-line toolkit of the scripts: the *_train.py files (which `python tsdae.py`, `python consert.py` and
 `python finetune.py` run), experiment.py (their shared steps), baselines/mlm.py, evaluate.py, examples/ and bench/.
-train.py, the methods, model.py, data.py and the rest of lib/ know no command line.
+train.py, model.py, data.py, the methods' classes and the rest of lib/ read no command line (a method file's
+`__main__` only hands over to its *_train.py).
 
   ArgumentParser, HelpFormatter   argparse with one-line errors, and --help with each default shown once
   add_run_arguments               the flags every training run has (--out, --resume, --device, --amp, ...)

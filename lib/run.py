@@ -195,10 +195,16 @@ class RunFolder:
     @contextlib.contextmanager
     def saved_when_stopped(self, state: RunState, stop: StopOnSignal) -> Iterator[None]:
         """The steps inside, stopped before their end: after Ctrl-C or SIGTERM (StopOnSignal's KeyboardInterrupt,
-        between two steps) the run is saved as it stands and the script exits (130); when the corpus file changed
+        between two steps) the run is saved as it stands and the script exits (130), after a second one (StopNow,
+        mid-step) it exits saving nothing; when the corpus file changed
         under the run (CorpusError: its lines are no longer the ones counted) it is saved and stops in one line."""
         try:
             yield
+        except StopNow:
+            if self.writes:
+                print(f"\nstopped at once, during step {state.step + 1}: nothing saved; --resume continues from the "
+                      f"last checkpoint ({self.checkpoint})", file=sys.stderr)
+            raise SystemExit(130)
         except KeyboardInterrupt:
             stop.ignore()  # saving takes a second: a further Ctrl-C must not break it off
             if self.writes:
@@ -251,10 +257,15 @@ def finished(out: Path) -> bool:
 # Ctrl-C and SIGTERM
 
 
+class StopNow(KeyboardInterrupt):
+    """A second Ctrl-C or SIGTERM: the step under way is broken off, so nothing of it is saved."""
+
+
 class StopOnSignal:
     """Ctrl-C (SIGINT), and the SIGTERM of `kill`, `timeout` and batch schedulers: the loop finishes its step,
-    then check() raises KeyboardInterrupt and the loop saves and stops. A second signal stops at once (still
-    saving: mid-step, the weights are those of the last whole step)."""
+    then check() raises KeyboardInterrupt and the loop saves and stops. A second signal stops at once (StopNow),
+    saving nothing: a step broken off may have moved some weights and not others, and --resume continues from the
+    last checkpoint."""
 
     def __enter__(self) -> StopOnSignal:
         self.requested = False
@@ -263,7 +274,7 @@ class StopOnSignal:
 
     def request(self, signum, frame) -> None:
         if self.requested:
-            raise KeyboardInterrupt
+            raise StopNow
         self.requested = True
 
     def check(self) -> None:

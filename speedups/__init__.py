@@ -1,2 +1,2 @@
-"""Speed-ups, each a drop-in replacement of one named piece of the plain code (fast.py), and the cached gradient
+"""Speed-ups, each a drop-in replacement of named pieces of the plain code (fast.py), and the cached gradient
 that trains big contrastive batches in small memory (gradcache.py). A first read skips this folder."""

@@ -339,6 +339,14 @@ def test_a_task_without_dev_data_is_refused_in_one_line(task, small_corpus, tmp_
     assert line == f"error: {message}" and not (tmp_path / "o").exists()
 
 
+def test_a_dev_task_without_its_data_folder_is_refused_in_one_line(small_corpus, tmp_path):
+    """--eval-task stsb-dev without --eval-data would evaluate nothing (no best/, no early stop): refused."""
+    line = one_line_error(run("consert.py", "--corpus", small_corpus, "--out", tmp_path / "o", "--eval-task",
+                              "stsb-dev", "--patience", "3"))
+    assert line.startswith("error: --eval-task stsb-dev reads its dev data from --eval-data DIR")
+    assert not (tmp_path / "o").exists()
+
+
 def test_selection_reads_the_valid_split(monkeypatch):
     """dev_score asks evaluate for the valid split: what the useb-* tasks read as their dev data."""
     asked = []

@@ -505,8 +505,9 @@ def test_tiny_model_lowers_the_contrastive_loss(tiny_model_dir, small_corpus, tm
 def test_fusion_strategies_train_on_sick(strategy, tiny_model_dir, small_corpus, data_dir, tmp_path):
     views = ["--nli-view2", "adversarial", "--view1", "none", "--view2", "adversarial"]  # FGV: on NLI, then without
     views = views if strategy == "joint-unsup" else []
-    consert_train.main(["--strategy", strategy, "--nli", str(data_dir / "sick" / "SICK_train.txt"), "--corpus",
-                  str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--nli-steps", 3, "--steps", 2, *views)])
+    contrastive = ["--corpus", str(small_corpus), "--steps", 2] if "-" in strategy else []  # sup, joint: none
+    consert_train.main(["--strategy", strategy, "--nli", str(data_dir / "sick" / "SICK_train.txt"),
+                        *tiny(tiny_model_dir, tmp_path, "--nli-steps", 3, *contrastive, *views)])
     if "-" in strategy:  # stage 1 on NLI into OUT/stage1, stage 2 contrastive from its model into OUT
         assert len(losses(tmp_path / "stage1")) == 3 and len(losses(tmp_path)) == 2
         state = torch.load(tmp_path / "stage1" / "checkpoint" / "training_state.pt", weights_only=True)
@@ -618,6 +619,8 @@ def test_bad_input_gets_one_line_error_from_the_cli(nli, message, tmp_path, tiny
     (["--strategy", "sup-unsup", "--nli", "x", "--corpus", "x", "--nli-rate1", "0.1"], "--nli-rate1 would change"),
     (["--strategy", "joint", "--nli", "x", "--nli-view1", "simcse", "--nli-view2", "simcse"], "compare each vector"),
     (["--strategy", "joint", "--nli", "x", "--nli-view2", "none"], "both the one unaugmented pass"),
+    (["--strategy", "sup", "--nli", "x", "--lr", "1e-5", "--steps", "100"], "no contrastive stage: --lr, --steps"),
+    (["--strategy", "joint", "--nli", "x", "--corpus", "x"], "no contrastive stage: --corpus"),
 ])
 def test_flag_combinations_are_checked(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -705,8 +708,9 @@ def test_each_strategy_gets_the_official_scripts_settings(strategy, expected):
     assert got == expected
     args = consert_train.parse_args(argv)
     assert args.nli_features == "u,v,|u-v|,max(u,v)^2" and not args.bucketing
-    assert consert_train.stages(consert_train.parse_args(argv + ["--encoder-dropout", "off", "--nli-encoder-dropout",
-                                                                 "off"]))[-1].dropout is False
+    off = ["--encoder-dropout", "off"] if "unsup" in strategy else []  # sup, joint: no contrastive stage
+    assert consert_train.stages(consert_train.parse_args(argv + [*off, "--nli-encoder-dropout", "off"]))[-1].dropout \
+        is False
 
 
 def test_nli_classifier_reads_u_v_abs_difference_and_max_squared(tiny_model_dir, data_dir):

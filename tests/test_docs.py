@@ -360,7 +360,7 @@ def test_named_code_exists(doc):
 
 def test_the_readmes_words_on_early_stopping_plain_and_micro_batch_hold():
     """README: with --eval-task ConSERT alone stops early (--patience; TSDAE trains every step); --plain in TSDAE,
-    ConSERT and the masked-LM baseline, none in fine-tuning (one path); --micro-batch is the cached gradient in
+    ConSERT and the masked-LM baseline, none in fine-tuning (no fast path); --micro-batch is the cached gradient in
     ConSERT and fine-tuning, parts weighted by their share of the tokens in TSDAE and masked-LM."""
     import consert_train
     import finetune_train
@@ -368,7 +368,7 @@ def test_the_readmes_words_on_early_stopping_plain_and_micro_batch_hold():
     from baselines import mlm
 
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    assert "ConSERT alone stops early, by `--patience`" in readme and "fine-tuning has one path, and no `--plain`" in readme
+    assert "ConSERT alone stops early, by `--patience`" in readme and "fine-tuning has no fast path and no `--plain`" in readme
     parsers = {name: module.make_parser() for name, module in
                (("tsdae", tsdae_train), ("consert", consert_train), ("finetune", finetune_train), ("mlm", mlm))}
     flags = {name: set(parser._option_string_actions) for name, parser in parsers.items()}

@@ -4,6 +4,7 @@ flags that no other test pins down."""
 import json
 import os
 import shutil
+import signal
 from argparse import Namespace
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 import consert_train
 import train
 import experiment
-from lib.run import RunFolder, finished, read_progress
+from lib.run import RunFolder, RunState, StopOnSignal, finished, read_progress
 import tsdae_train
 from lib import datafiles
 from lib.corpus import hold_out, open_corpus
@@ -213,6 +214,18 @@ def test_many_kill_9s_at_random_moments_resume_to_the_bits_of_an_uninterrupted_r
 
 
 # ---------------------------------------------------------------- a corpus edited under a run
+
+
+def test_a_second_ctrl_c_breaks_the_step_off_and_saves_nothing_of_it(tmp_path, capsys):
+    """The first signal waits for the step's end (then the run is saved); a second one, mid-step, stops at once
+    and writes nothing: a half-done step saved as done would be repeated, or lost, by --resume."""
+    run = RunFolder(Namespace(out=tmp_path, resume=False), encoder=None, objective=None, optimizer=None)
+    with StopOnSignal() as stop:
+        stop.request(signal.SIGINT, None)  # the first: only noted, the step goes on
+        with pytest.raises(SystemExit) as exit_, run.saved_when_stopped(RunState(steps=10, step=4), stop):
+            stop.request(signal.SIGINT, None)
+    assert exit_.value.code == 130 and not (tmp_path / "checkpoint").exists()
+    assert "stopped at once, during step 5: nothing saved" in capsys.readouterr().err
 
 
 def test_a_corpus_rewritten_between_two_steps_ends_the_run_in_one_line_with_a_checkpoint(tiny_model_dir, small_corpus,
