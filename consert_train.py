@@ -268,8 +268,10 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
                                        "learning between two views of each sentence made at the embedding layer, "
                                        "optionally fused with NLI supervision (§3.3). The training defaults are the "
                                        "official scripts' (consert_train.OFFICIAL; not --model, the shipped "
-                                       "all-MiniLM-L6-v2, and no model selection unless an evaluation: --eval-data, --heldout or a task from your own file): unsupervised, feature cutoff 0.2 + token "
-                                       "shuffle, dropout off, temperature 0.1, batch 96, lr 5e-7, 10 epochs. The "
+                                       "all-MiniLM-L6-v2, and no model selection unless an evaluation: "
+                                       "--eval-data, --heldout or a task from your own file): unsupervised, "
+                                       "feature cutoff 0.2 + token shuffle, dropout off, temperature 0.1, batch 96, "
+                                       "lr 5e-7, 10 epochs. The "
                                        "author later found lr 2e-5 with temperature 0.05 better.")
     src = p.add_argument_group("data")
     src.add_argument("--corpus", help="UTF-8 text file, one unlabelled sentence per line")
