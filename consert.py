@@ -59,7 +59,7 @@ VIEW_NAMES = (
     "simcse",          # unaugmented too; the encoder's own dropout differs between passes (SimCSE, arXiv:2104.08821)
     "adversarial",     # FGV: the unaugmented pass moved uphill on a loss (AdversarialConSERTLoss)
 )
-UNRATED_VIEWS = ("none", "shuffle", "simcse", "adversarial")  # every other view takes a rate (a lab's new one too)
+UNRATED_VIEWS = ("none", "shuffle", "simcse", "adversarial")  # the views without a rate: every other takes one
 
 
 def check_views(views: tuple[View, View], names: Sequence[str] | None = VIEW_NAMES) -> None:

@@ -19,7 +19,7 @@ import torch
 
 import consert_train
 from labs import contrastive
-from consert import VIEW_NAMES, ConSERTLoss, View, random_subset
+from consert import VIEW_NAMES, ConSERTLoss, View, token_cutoff
 from lib import cli
 
 
@@ -27,9 +27,8 @@ def masked_token_cutoff(x: torch.Tensor, attention_mask: torch.Tensor,
                         rate: float) -> tuple[torch.Tensor, torch.Tensor]:
     """token_cutoff's int(n * rate) rows of x (B, L, d) zeroed AND taken out of the attention mask (B, L): no token
     attends to a cut one and pooling skips it. Returns x and the new mask; rate < 1 leaves every sentence a token."""
-    real = attention_mask.bool()  # (B, L)
-    counts = (real.sum(1).double() * rate).long()  # (B,) int(n * rate), as token_cutoff
-    cut = random_subset(real, counts)  # (B, L)
+    rows = torch.ones_like(attention_mask, dtype=x.dtype)[:, :, None]  # (B, L, 1)
+    cut = token_cutoff(rows, attention_mask, rate)[:, :, 0] == 0  # (B, L): the rows token_cutoff zeroes, same draw
     return x.masked_fill(cut[:, :, None], 0.0), attention_mask.masked_fill(cut, 0)
 
 
