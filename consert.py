@@ -18,7 +18,7 @@ Sections are numbered as in the arXiv paper: §3.1 the framework and NT-Xent (eq
 supervision (eq. 2), §4.1 the set-up, §5.2-§5.5 the studies of views, few-shot, temperature and batch size.
 What runs: `--plain` runs these classes on model.Bert. By default they run on speedups/fast.py's PackedBert, whose
 run_layers computes the real tokens only (the same numbers, tests/test_fast.py); with --bucketing on model.Bert.
-The command line (the official settings of each strategy, stage by stage) is consert_train.py's: `python
+The command line (the official settings of each strategy, stage by stage) is commands/consert_train.py's: `python
 consert.py` hands over to it, and consert_train.build_objective picks the class for each stage.
 """
 from __future__ import annotations
@@ -232,7 +232,7 @@ class ConSERTLoss(nn.Module):
         return self.layers_and_pool(x, attention_mask)
 
     def layers_and_pool(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """The last layer, pooled as the encoder pools (encoder.pooling; consert_train.py builds it with mean
+        """The last layer, pooled as the encoder pools (encoder.pooling; commands/consert_train.py builds it with mean
         pooling over the real tokens, as the official training pools). (B, d)"""
         return pool(self.encoder.bert.run_layers(x, attention_mask), attention_mask, self.encoder.pooling)
 
@@ -259,7 +259,8 @@ class AdversarialConSERTLoss(ConSERTLoss):
     """ConSERTLoss whose views may include the adversarial one, made from an unaugmented pass of the batch; a
     "none" or "simcse" view IS that pass, as in the official code. The paper attacks the supervised loss
     (SupervisedConSERTLoss); on unlabelled sentences the loss attacked is the NT-Xent between the unaugmented pass
-    and the other view (this project's extension). adv_norm: the perturbation's length per token."""
+    and the other view (this project's extension; with the other view none or simcse, the pass against itself: the
+    positives are then equal, and only the negatives' terms move r). adv_norm: the perturbation's length per token."""
 
     view_names = VIEW_NAMES
 
@@ -407,5 +408,5 @@ def collate_nli(items: list[tuple[list[int], list[int], int]], pad_id: int = 0,
             "hypothesis_keys": sentence_keys([h for _, h, _ in items])}
 
 
-if __name__ == "__main__":  # python consert.py --corpus ...: the experiment around this method, consert_train.py
-    runpy.run_module("consert_train", run_name="__main__")  # as `python consert_train.py`, sys.argv as it is
+if __name__ == "__main__":  # python consert.py --corpus ...: the experiment around this method, commands/consert_train.py
+    runpy.run_module("commands.consert_train", run_name="__main__")  # as `python -m commands.consert_train`, sys.argv as it is

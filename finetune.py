@@ -15,7 +15,7 @@ Read top to bottom:
   2. scored pairs                    cosent_loss, cosine_regression_loss, normalise_scores
   3. the objective                   SupervisedLoss: the vectors of each column, then the loss
   4. its batches                     ExampleDataset, collate_examples
-The experiment (the files, the flags, the run) is finetune_train.py: `python finetune.py` runs it.
+The experiment (the files, the flags, the run) is commands/finetune_train.py: `python finetune.py` runs it.
 """
 from __future__ import annotations
 
@@ -157,5 +157,5 @@ def collate_examples(items: list[dict], pad_id: int = 0, multiple: int = 1) -> d
     return batch
 
 
-if __name__ == "__main__":  # python finetune.py --pairs ...: the experiment around this objective, finetune_train.py
-    runpy.run_module("finetune_train", run_name="__main__")  # as `python finetune_train.py`, sys.argv as it is
+if __name__ == "__main__":  # python finetune.py --pairs ...: the experiment around this objective, commands/finetune_train.py
+    runpy.run_module("commands.finetune_train", run_name="__main__")  # as `python -m commands.finetune_train`, sys.argv as it is

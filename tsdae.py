@@ -15,8 +15,8 @@ Read top to bottom:
 What runs: `--plain` runs these classes as written. By default speedups/fast.py replaces named pieces with
 classes that give the same numbers (tests/test_fast.py): the encoder's Bert.run_layers and tied word lookup
 (fast.SparseLookupPackedBert, see TSDAELoss.memory), TSDAEDecoder.forward, each layer's cross_attn and
-neg_log_likelihood (each says so below). The command line is tsdae_train.py's (`python tsdae.py`
-hands over to it); this file imports model.py, data.py and lib/, never the experiment.
+neg_log_likelihood (each says so below). The command line is commands/tsdae_train.py's (`python tsdae.py`
+hands over to it, running it as the script); this file imports only model.py, data.py and lib/.
 """
 from __future__ import annotations
 
@@ -397,5 +397,5 @@ def reconstruct(objective: TSDAELoss, damaged: list[int], beam: int = 1, max_len
     return greedy_decode(objective.decoder, sentence_vec, start, end, length)
 
 
-if __name__ == "__main__":  # python tsdae.py --corpus ...: the experiment around this method, tsdae_train.py
-    runpy.run_module("tsdae_train", run_name="__main__")  # as `python tsdae_train.py`, sys.argv as it is
+if __name__ == "__main__":  # python tsdae.py --corpus ...: the experiment around this method, commands/tsdae_train.py
+    runpy.run_module("commands.tsdae_train", run_name="__main__")  # as `python -m commands.tsdae_train`, sys.argv as it is

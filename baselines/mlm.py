@@ -12,7 +12,7 @@ Read top to bottom:
   1. the masking (§3.1, app. A.1)    mask_tokens: choose 15% of the tokens; 80% [MASK], 10% random, 10% unchanged
   2. the training items              MaskedDataset: each sentence's masks drawn from a generator of (seed, epoch, i)
   3. the loss (§3.1)                 MLMLoss: cross-entropy at the masked positions, the checkpoint's MLM head
-  4. the command                     make_parser, parse_args, main: experiment.py's steps, then train.train
+  4. the command                     make_parser, parse_args, main: commands/experiment.py's steps, then train.train
 
     python baselines/mlm.py --corpus FILE --model DIR --steps N --out runs/mlm
     python baselines/mlm.py --corpus FILE --model DIR --random-init ...   # pre-train from scratch (docs/standin.md)
@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 import data
-import experiment
 import train
+from commands import experiment
 from lib import cli, distributed, weights
 from lib.corpus import open_corpus
 from lib.errors import UsageError
@@ -284,7 +284,7 @@ def make_parser() -> cli.ArgumentParser:
                         "batch's masked tokens, in the memory of N sentences: the same loss and gradient to 1e-5 "
                         "without dropout; with dropout each part draws its own")
     cli.add_run_arguments(p, out="runs/mlm", inputs="corpus lines")
-    # no model selection here: the selection flags' values when none is given (experiment.py reads them)
+    # no model selection here: the selection flags' values when none is given (commands/experiment.py reads them)
     p.set_defaults(eval_task=None, eval_data=None, heldout=0, eval_every=0, log_alignment=False)
     return p
 

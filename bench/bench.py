@@ -86,7 +86,7 @@ from speedups import fast
 import model
 import train
 import tsdae
-import tsdae_train
+from commands import tsdae_train
 
 TRAIN_BATCH, TRAIN_MAX_LENGTH, LR, GRAD_CLIP = 8, 75, 3e-5, 1.0
 ENCODE_BATCH = 64

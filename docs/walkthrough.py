@@ -70,15 +70,13 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import consert  # noqa: E402
-import consert_train  # noqa: E402
 import data  # noqa: E402
 import domain_claim  # noqa: E402  (examples/: the domain claim's learning curves)
 import evaluate  # noqa: E402
-import finetune_train  # noqa: E402
 import model  # noqa: E402
 import plot_similarities  # noqa: E402  (examples/: the README's cosine histograms)
 import tsdae  # noqa: E402
-import tsdae_train  # noqa: E402
+from commands import consert_train, finetune_train, tsdae_train  # noqa: E402
 from lib.datafiles import STSB_SPLITS, load_stsb  # noqa: E402
 from lib.taskfiles import default_data_dir  # noqa: E402
 from lib.weights import default_model_path  # noqa: E402

@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import consert_train
-import experiment
 import train
+from commands import consert_train, experiment
 from consert import VIEW_NAMES, ConSERTLoss, check_views
-from lib import distributed
 
 
 def parse_args(argv: list[str] | None, objective_class: type[ConSERTLoss]) -> argparse.Namespace:
@@ -40,7 +38,6 @@ def main(argv: list[str] | None, objective_class: type[ConSERTLoss]) -> int:
     objective = objective_class(encoder, stage.views, **consert_train.contrastive_settings(args, world))
     loader, run = consert_train.prepare_stage(stage, objective, corpus, Path(args.out), args, argv, device)
     state = train.train(encoder, objective, loader, run, device)
-    if state.best is not None and distributed.rank() == 0:
-        print(f"best {args.eval_task} {state.best:.4g}: encoder saved to {run.out / 'best'}")
+    experiment.say_best(state, args.eval_task, run.out)
     experiment.say_done(run.out, "mean pooling")
     return 0

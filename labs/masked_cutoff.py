@@ -17,7 +17,7 @@ if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, co
 
 import torch
 
-import consert_train
+from commands import consert_train
 from labs import contrastive
 from consert import VIEW_NAMES, ConSERTLoss, View, token_cutoff
 from lib import cli

@@ -15,10 +15,9 @@ if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, co
 
 import random
 
-import experiment
 import train
-import tsdae_train
-from tsdae_train import make_parser, parse_args  # noqa: F401 - `python tsdae.py`'s flags are this file's
+from commands import experiment, tsdae_train
+from commands.tsdae_train import make_parser, parse_args  # noqa: F401 - `python tsdae.py`'s flags are this file's
 from lib import cli
 from tsdae import DenoisingDataset
 

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-import experiment
 import train
-import tsdae_train
-from tsdae_train import make_parser, parse_args  # noqa: F401 - `python tsdae.py`'s flags are this file's
+from commands import experiment, tsdae_train
+from commands.tsdae_train import make_parser, parse_args  # noqa: F401 - `python tsdae.py`'s flags are this file's
 from lib import cli, distributed
 from model import MultiHeadAttention
 from tsdae import TSDAEDecoder, TSDAELoss

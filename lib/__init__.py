@@ -8,6 +8,6 @@
   run.py          the run folder: checkpoints, log, Ctrl-C    selection.py  best/, early stopping, --heldout's signals
   embed.py        sentences to unit vectors, once each      taskfiles.py  which files a task reads
   align_uniform.py  alignment and uniformity
-Nothing here imports a file outside lib/ (model.py, data.py, the methods, train.py, evaluate.py, experiment.py): what
+Nothing here imports a file outside lib/ (model.py, data.py, the methods, train.py, evaluate.py, commands/): what
 run.py and selection.py need of train.py's settings and model.py's encoder they name as Protocols.
 """

@@ -1,7 +1,7 @@
-"""The command-line toolkit of the scripts: the *_train.py files (which `python tsdae.py`, `python consert.py` and
-`python finetune.py` run), experiment.py (their shared steps), baselines/mlm.py, evaluate.py, examples/ and bench/.
+"""The command-line toolkit of the scripts: commands/ (the runs that `python tsdae.py`, `python consert.py` and
+`python finetune.py` hand over to, and their shared steps), baselines/mlm.py, evaluate.py, examples/ and bench/.
 train.py, model.py, data.py, the methods' classes and the rest of lib/ read no command line (a method file's
-`__main__` only hands over to its *_train.py).
+`__main__` only hands over to its commands/*_train.py).
 
   ArgumentParser, HelpFormatter   argparse with one-line errors, and --help with each default shown once
   add_run_arguments               the flags every training run has (--out, --resume, --device, --amp, ...)
@@ -30,6 +30,7 @@ import torch
 from lib import card
 from lib import weights
 from lib import distributed
+from lib import taskfiles
 from lib.weights import ModelLoadError
 from lib.errors import CorpusError, UsageError, one_line
 
@@ -199,8 +200,8 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace, positi
 def evaluates(args: argparse.Namespace) -> bool:
     """Whether the run evaluates --eval-task during training: a held-out task, a file of your own (rerank:PATH,
     sts:PATH, pairs:PATH), or any task with --eval-data."""
-    own_file = args.eval_task and args.eval_task.partition(":")[0] in ("rerank", "sts", "pairs")
-    return bool(args.eval_task) and (bool(args.eval_data) or args.eval_task.startswith("heldout-") or bool(own_file))
+    return bool(args.eval_task) and (bool(args.eval_data) or args.eval_task.startswith("heldout-")
+                                     or taskfiles.own_file(args.eval_task) is not None)
 
 
 def check_selection(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:

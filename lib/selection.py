@@ -2,7 +2,7 @@
 
   ModelSelection   evaluation during training, the best encoder, early stopping
   HeldOut          the dev signals of --heldout N: no labels needed
-Which score selection reads (--eval-task, its dev data): experiment.py, which hands it to train.py as eval_fn.
+Which score selection reads (--eval-task, its dev data): commands/experiment.py, which hands it to train.py as eval_fn.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import tsdae_train
+from commands import tsdae_train
 from model import Bert, SentenceEncoder
 from speedups import fast
 

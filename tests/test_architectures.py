@@ -15,13 +15,11 @@ from scipy.stats import spearmanr
 
 from lib import weights
 import consert
-import consert_train
 import data
 import evaluate
-import finetune_train
+from commands import consert_train, finetune_train, tsdae_train
 from speedups import fast
 import tsdae
-import tsdae_train
 from lib.weights import ModelLoadError
 import model
 from model import SentenceEncoder, load_bert, pool

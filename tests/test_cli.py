@@ -20,18 +20,15 @@ import torch
 
 from lib import cli
 import consert
-import consert_train
-import finetune_train
 import data
+from commands import consert_train, experiment, finetune_train, tsdae_train
 from lib.corpus import hold_out
 import evaluate
 import train
-import experiment
 from lib import selection
 from lib.errors import TrainingStopped
 from lib.run import read_progress
 import tsdae
-import tsdae_train
 from lib import weights
 from model import Bert, BertConfig, SentenceEncoder
 
@@ -247,8 +244,8 @@ def project_imports(tree: ast.AST, modules: set[str]) -> set[str]:
 def test_the_import_graph_has_layers_and_no_cycle():
     """Every import, `if __name__ == "__main__":` blocks included: no cycle; the two methods import only model.py,
     data.py and lib/ (and so does finetune.py); lib/ imports only lib/ (the floor below everything, as its README
-    line says); the experiments' shared steps (experiment.py) sit above train.py and evaluate.py, below each
-    experiment; `python tsdae.py`, `python consert.py` and `python finetune.py` run the experiment beside them as the
+    line says); the experiments' shared steps (commands/experiment.py) sit above train.py and evaluate.py, below each
+    command; `python tsdae.py`, `python consert.py` and `python finetune.py` run their command (commands/) as the
     script, without importing it."""
     files = project_modules()
     graph = {name: project_imports(ast.parse(path.read_text(encoding="utf-8")), set(files))
@@ -264,13 +261,14 @@ def test_the_import_graph_has_layers_and_no_cycle():
             assert all(other.startswith("lib.") for other in graph[name]), (name, graph[name])
     for method in ("tsdae", "consert", "finetune"):
         assert {m for m in graph[method] if not m.startswith("lib.")} <= {"model", "data"}, (method, graph[method])
-        assert {method, "experiment"} <= graph[f"{method}_train"]
-        assert not any(m.startswith("labs.") for m in graph[f"{method}_train"])  # each lab is its own entry point
-        module = importlib.import_module(f"{method}_train")  # ... and the paper's run takes no lab's piece
+        assert {method, "commands.experiment"} <= graph[f"commands.{method}_train"]
+        assert not any(m.startswith("labs.") for m in graph[f"commands.{method}_train"])  # each lab: its own command
+        module = importlib.import_module(f"commands.{method}_train")  # ... and the paper's run takes no lab's piece
         assert [list(inspect.signature(f).parameters) for f in (module.main, module.parse_args)] == [["argv"]] * 2
-        assert f'runpy.run_module("{method}_train", run_name="__main__")' in files[method].read_text(encoding="utf-8")
+        assert (f'runpy.run_module("commands.{method}_train", run_name="__main__")'
+                in files[method].read_text(encoding="utf-8"))
     assert heights["tsdae"] == heights["consert"], heights
-    assert heights["experiment"] > max(heights["train"], heights["evaluate"]), heights
+    assert heights["commands.experiment"] > max(heights["train"], heights["evaluate"]), heights
 
 
 # ---------------------------------------------------------------- examples/plot_log.py
@@ -577,7 +575,8 @@ def definition(path: Path, name: str) -> ast.AST:
 
 
 @pytest.mark.quick
-@pytest.mark.parametrize("script", ["tsdae_train.py", "consert_train.py", "finetune_train.py", "baselines/mlm.py"])
+@pytest.mark.parametrize("script", ["commands/tsdae_train.py", "commands/consert_train.py", "commands/finetune_train.py",
+                                    "baselines/mlm.py"])
 def test_each_experiments_main_calls_the_loop_itself(script):
     assert "train.train" in called_names(definition(ROOT / script, "main")), f"{script}: main must call train.train"
 
@@ -595,7 +594,7 @@ def test_the_house_stays_small_and_nothing_is_patched_at_run_time():
     train_py, evaluate_py = (ROOT / "train.py").read_text(), (ROOT / "evaluate.py").read_text()
     assert len(train_py.splitlines()) < 300 and "argparse" not in train_py
     assert len(evaluate_py.splitlines()) < 500
-    assert len(list(ROOT.glob("*.py"))) <= 11  # the root: the reading path, each method's experiment, their steps
+    assert len(list(ROOT.glob("*.py"))) <= 7  # the root: the reading path; each command's run is in commands/
     listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"], cwd=ROOT,
                             capture_output=True, text=True).stdout.split()  # committed or not yet, not ignored
     for path in (ROOT / p for p in listed if not p.startswith("tests/") and (ROOT / p).exists()):

@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 import consert
-import consert_train
 import data
 import train
+from commands import consert_train
 from lib.run import finished
 from consert import AdversarialConSERTLoss, ConSERTLoss, SupervisedConSERTLoss, View, nt_xent
 from model import SentenceEncoder, pool
@@ -725,6 +725,14 @@ def test_nli_classifier_reads_u_v_abs_difference_and_max_squared(tiny_model_dir,
             u, v = (obj.encode(b[f"{side}_ids"], b[f"{side}_mask"], View("none")) for side in ("premise", "hypothesis"))
             x = torch.cat([u, v, (u - v).abs()] + ([torch.maximum(u, v) ** 2] if width == 4 * d else []), dim=-1)
             torch.testing.assert_close(obj(b), F.cross_entropy(obj.classifier(x), b["labels"]))
+
+
+def test_a_run_that_evaluated_names_its_best_score_and_folder(tiny_model_dir, small_corpus, tmp_path, capsys):
+    consert_train.main(["--corpus", str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--steps", 2, "--heldout", 4,
+                                                       "--eval-every", 1)])
+    best = min(r["eval"] for r in log(tmp_path) if "eval" in r)  # heldout-loss: lower is better
+    assert f"best heldout-loss {best:.4g}: encoder saved to {tmp_path / 'best'}" in capsys.readouterr().out
+    assert (tmp_path / "best" / "model.safetensors").exists()
 
 
 def test_stage_two_trains_with_its_own_settings_from_stage_one(tiny_model_dir, small_corpus, data_dir, tmp_path):

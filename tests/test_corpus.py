@@ -7,9 +7,8 @@ import pytest
 import torch
 
 from lib import card
-import consert_train
 import data
-import tsdae_train
+from commands import consert_train, tsdae_train
 from lib import corpus as lib_corpus
 from lib.corpus import BLOCK_BYTES, Corpus, hold_out, open_corpus, read_corpus
 from lib import errors

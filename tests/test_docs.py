@@ -11,7 +11,7 @@ What a document may write, and how it is read:
                   in ```bash blocks (a line continued with \\ is one command) and in `inline code`; an environment
                   prefix (OMP_NUM_THREADS=1), a pipe, a redirection and a # comment are dropped. FILE is imported
                   and its make_parser() (or the module it hands over to with runpy.run_module: tsdae.py ->
-                  tsdae_train) parses ARGS, through the module's parse_args when it has one (its range checks too);
+                  commands.tsdae_train) parses ARGS, through the module's parse_args when it has one (its range checks too);
                   a subcommand's flags are its parser's (assignments.py grade --student), and the flags a script
                   hands on to another are the other's parser's (HANDS_ON: bench/corpus.py -> tsdae.py).
                   `python -c CODE` runs CODE's imports only.
@@ -241,7 +241,7 @@ def script_module(script: str, monkeypatch):
     monkeypatch.setattr(sys, "argv", [script])
     path = ROOT / script
     source = path.read_text(encoding="utf-8")
-    handed_over = re.search(r"""runpy\.run_module\(["'](\w+)["']""", source)
+    handed_over = re.search(r"""runpy\.run_module\(["'](\w+(?:\.\w+)*)["']""", source)
     if "make_parser" not in source and handed_over:
         return importlib.import_module(handed_over.group(1))
     if "make_parser" not in source:
@@ -314,7 +314,8 @@ def test_the_documents_have_blocks_and_commands():
 # The names
 
 PACKAGES = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file())  # lib, speedups, ...
-MODULES = sorted(p.stem for p in ROOT.glob("*.py"))  # train, evaluate, ...
+COMMANDS_MODULES = sorted(p.stem for p in ROOT.glob("commands/*.py") if p.stem != "__init__")  # tsdae_train, ...
+MODULES = sorted(p.stem for p in ROOT.glob("*.py")) + COMMANDS_MODULES  # train, evaluate, ..., tsdae_train, ...
 FOLDERS = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith("."))
 FILE_TYPES = ("py", "sh", "md", "txt", "tsv", "json", "jsonl", "csv", "png", "zip", "gz", "yaml", "toml")
 
@@ -340,8 +341,9 @@ def missing(name: str) -> bool:
         return name.split("/")[0] not in ("runs", "data") and not (ROOT / name).exists()
     parts = name.split(".")
     for i in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
+        prefix = ".".join(parts[:i])
+        try:  # tsdae_train.main names commands/tsdae_train.py's main
+            obj = importlib.import_module(f"commands.{prefix}" if parts[0] in COMMANDS_MODULES else prefix)
         except ModuleNotFoundError:
             continue
         for attribute in parts[i:]:
@@ -362,10 +364,8 @@ def test_the_readmes_words_on_early_stopping_plain_and_micro_batch_hold():
     """README: with --eval-task ConSERT alone stops early (--patience; TSDAE trains every step); --plain in TSDAE,
     ConSERT and the masked-LM baseline, none in fine-tuning (no fast path); --micro-batch is the cached gradient in
     ConSERT and fine-tuning, parts weighted by their share of the tokens in TSDAE and masked-LM."""
-    import consert_train
-    import finetune_train
-    import tsdae_train
     from baselines import mlm
+    from commands import consert_train, finetune_train, tsdae_train
 
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     assert "ConSERT alone stops early, by `--patience`" in readme and "fine-tuning has no fast path and no `--plain`" in readme

@@ -1,5 +1,5 @@
 """Supervised fine-tuning (finetune.py): the three losses against sentence-transformers' on fixed vectors and on
-the real MiniLM's batches, the batches, and the command (finetune_train.py) on the user's files."""
+the real MiniLM's batches, the batches, and the command (commands/finetune_train.py) on the user's files."""
 import csv
 import json
 import os
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import finetune
-import finetune_train
+from commands import finetune_train
 from lib import cli, datafiles
 from finetune import SupervisedLoss, cosent_loss, cosine_regression_loss, in_batch_negatives_loss
 from model import SentenceEncoder
@@ -162,7 +162,7 @@ def test_collate_pads_each_column_on_its_own(minilm_path):
 
 
 # ----------------------------------------------------------------------------
-# The command (finetune_train.py) on the user's files
+# The command (commands/finetune_train.py) on the user's files
 
 
 def run_finetune(*argv) -> None:
@@ -306,7 +306,7 @@ def test_the_schedule_and_the_optimizer_are_those_of_sentence_transformers_fit(s
     import math
 
     import train
-    import experiment
+    from commands import experiment
     from sentence_transformers import SentenceTransformer
     from transformers import get_linear_schedule_with_warmup
 

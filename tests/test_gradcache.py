@@ -7,7 +7,7 @@ import torch
 
 import consert
 import finetune
-import consert_train
+from commands import consert_train
 from speedups import gradcache
 from lib import weights
 from model import Bert, BertConfig, SentenceEncoder

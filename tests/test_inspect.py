@@ -21,7 +21,7 @@ import torch
 from lib import align_uniform, cli
 import evaluate
 from lib.run import RunState
-import tsdae_train
+from commands import tsdae_train
 from lib.card import PAPERS, ModelCard, corpus_fingerprint, model_card_text, write_model_card, yaml_string
 from lib.datafiles import load_stsb
 from model import SentenceEncoder

@@ -13,10 +13,9 @@ import torch
 import torch.nn as nn
 
 import consert
-import consert_train
 import train
 import tsdae
-import tsdae_train
+from commands import consert_train, tsdae_train
 from conftest import losses_with_scrambled_token_states
 from labs import contrastive
 from labs.masked_cutoff import MaskedCutoffConSERTLoss, masked_token_cutoff

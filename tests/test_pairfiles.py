@@ -13,7 +13,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import average_precision_score
 
 import evaluate as ev
-import experiment
+from commands import experiment
 from lib import cli, datafiles
 from lib.errors import CorpusError, UsageError
 from lib.weights import default_model_path

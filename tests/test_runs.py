@@ -11,11 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import consert_train
 import train
-import experiment
+from commands import consert_train, experiment, tsdae_train
 from lib.run import RunFolder, RunState, StopOnSignal, finished, read_progress
-import tsdae_train
 from lib import datafiles
 from lib.corpus import hold_out, open_corpus
 from lib.errors import TrainingStopped, UsageError

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import tsdae_train
+from commands import tsdae_train
 from lib import weights
 from lib.weights import ModelLoadError
 from model import SentenceEncoder

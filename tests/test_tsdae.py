@@ -18,7 +18,7 @@ from speedups import fast
 import train
 from lib.run import read_progress
 import tsdae
-import tsdae_train
+from commands import tsdae_train
 from lib import weights
 from lib.weights import load_tokenizer
 from model import Bert, BertConfig, SentenceEncoder

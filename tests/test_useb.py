@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import evaluate as ev
-import experiment
+from commands import experiment
 from test_evaluate import HashEncoder  # a fixed pseudo-random 8-d vector per text
 from test_evaluate import cli_error  # python evaluate.py ARGV's one-line error, as cli.run gives it
 from lib import useb as useb_files
@@ -424,7 +424,7 @@ def test_the_command_line_scores_useb_and_reports_a_bad_file_in_one_line(useb_da
 # ---------------------------------------------------------------------------
 
 def test_reproduce_script_dry_run_prints_commands_the_parsers_accept():
-    import tsdae_train
+    from commands import tsdae_train
 
     out = subprocess.run(["bash", str(ROOT / "examples" / "reproduce_tsdae.sh"), "--dry-run"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout

@@ -1,5 +1,5 @@
 """What every experiment does, written once: above train.py and the methods, below the scripts. The `main` of
-tsdae_train.py, consert_train.py, finetune_train.py and baselines/mlm.py reads its inputs, then calls these steps
+tsdae_train.py, consert_train.py, finetune_train.py (beside it) and baselines/mlm.py reads its inputs, then calls these steps
 in about this order, each the ones it needs (the masked-LM baseline keeps nothing out and selects nothing), then
 train.train itself:
 
@@ -11,7 +11,7 @@ train.train itself:
   settings          train.TrainSettings: the method's recipe, and what the common flags say (FIT: sentence-
                     transformers' recipe, which fine-tuning follows; CONSERT_FIT: the official ConSERT code's,
                     every ConSERT run's; its --optimizer official swaps in the code's own AdamW and warm-up)
-  say_start, say_done   the run's first and last line
+  say_start, say_best, say_done   the run's first line, a stage's best, the last line
 
 and what model selection reads (--eval-task; lib/selection.py keeps the best encoder and stops early):
   DEV_TASKS, check_dev_task   the scores selection may read: a task's dev data, never its test data
@@ -137,6 +137,12 @@ def say_start(what: str, run: train.TrainSettings, objective: torch.nn.Module, a
               f"{device} ({'speedups: ' + ', '.join(fast) if fast else 'plain path'}); saving to {run.out}")
 
 
+def say_best(state: train.RunState, task: str | None, out: Path) -> None:
+    """After a stage that evaluated: its best score, and where best/ keeps that encoder."""
+    if state.best is not None and distributed.rank() == 0:
+        print(f"best {task} {state.best:.4g}: encoder saved to {Path(out) / 'best'}")
+
+
 def say_done(out: Path, note: str) -> None:
     """The run's last line: where its encoder is."""
     if distributed.rank() == 0:
@@ -206,12 +212,12 @@ def training_evaluation(args: argparse.Namespace, heldout: selection.HeldOut | N
     --eval-task (None when nothing is evaluated), and {name: value} of what else each evaluation logs: the other
     held-out signal (with --heldout), alignment and uniformity on STS-b dev (--log-alignment)."""
     signals = heldout.signals() if heldout else {}
-    if args.eval_task in signals:
-        eval_fn = signals.pop(args.eval_task)
-    elif args.eval_task and (args.eval_data or taskfiles.own_file(args.eval_task)):  # your own file needs no folder
-        eval_fn = lambda encoder: dev_score(encoder, args.eval_task, args.eval_data)
-    else:
+    if not cli.evaluates(args):
         eval_fn = None
+    elif args.eval_task in signals:  # heldout-loss, heldout-...: cli.check_selection asked for --heldout
+        eval_fn = signals.pop(args.eval_task)
+    else:  # a task's dev data in --eval-data, or your own file
+        eval_fn = lambda encoder: dev_score(encoder, args.eval_task, args.eval_data)
     logged = [lambda encoder: {name: signal(encoder) for name, signal in signals.items()}] if signals else []
     if args.log_alignment and args.eval_data:
         pairs = datafiles.load_stsb(Path(args.eval_data) / "stsbenchmark" / "sts-dev.csv")

@@ -1,5 +1,5 @@
 """Supervised fine-tuning's experiment, around the objective of finetune.py: your labelled file, the command
-line and the run (`python finetune.py` and `python finetune_train.py` run it).
+line and the run (`python finetune.py` runs it).
 
     python tsdae.py --corpus my_text.txt --out runs/tsdae                  # 1. adapt to the domain, no labels
     python finetune.py --pairs my_pairs.tsv --model runs/tsdae/model --out runs/ft   # 2. then your labels
@@ -13,15 +13,21 @@ line and the run (`python finetune.py` and `python finetune_train.py` run it).
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __name__ == "__main__":  # run as a script: the repository root (data.py, train.py, lib/, ...) on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import argparse
 import random
 from typing import Sequence
 
 import torch
 
-import experiment
 import finetune
 import train
+from commands import experiment
 from lib import cli, distributed
 from lib.datafiles import nli_triplets, read_nli, read_training_file
 from lib.errors import UsageError

@@ -1,5 +1,5 @@
 """TSDAE's experiment, around the method of tsdae.py: the batches, the command line and the run
-(`python tsdae.py` and `python tsdae_train.py` run it).
+(`python tsdae.py` runs it).
 
   make_parser, parse_args   every flag, with the paper's defaults (app. A, B), but the reference code's loss
                             normalisation and a run of one epoch, not 100K steps
@@ -11,16 +11,21 @@
 """
 from __future__ import annotations
 
-import argparse
+import sys
 from pathlib import Path
+
+if __name__ == "__main__":  # run as a script: the repository root (data.py, train.py, lib/, ...) on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import argparse
 from typing import Callable, Sequence
 
 import torch
 
 import data
-import experiment
 import train
 import tsdae
+from commands import experiment
 from lib import cli, distributed
 from lib.corpus import open_corpus
 from lib.errors import UsageError

@@ -1,5 +1,5 @@
 """ConSERT's experiment, around the method of consert.py: the official settings of each strategy, stage by
-stage, and the command line (`python consert.py` and `python consert_train.py` run it).
+stage, and the command line (`python consert.py` runs it).
 
   OFFICIAL, stages     the official scripts' settings (yym6472/ConSERT), with the command line's instead
   OfficialAdamW        the official code's AdamW (--optimizer official; with train.linear_schedule_with_warmup)
@@ -11,16 +11,21 @@ stage, and the command line (`python consert.py` and `python consert_train.py` r
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+if __name__ == "__main__":  # run as a script: the repository root (data.py, train.py, lib/, ...) on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import argparse
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
 import data
-import experiment
 import train
+from commands import experiment
 from consert import (NLI_FEATURES, UNRATED_VIEWS, VIEW_NAMES, AdversarialConSERTLoss, ConSERTLoss, NLIDataset,
                      SentenceDataset, SupervisedConSERTLoss, View, check_views, collate_nli, collate_sentences,
                      switch_off_dropout)
@@ -131,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             loader, run = prepare_stage(stage, objective, corpus if stage.kind == "unsup" else nli, folder, args, argv,
                                         device)
             state = train.train(encoder, objective, loader, run, device)
-            if state.best is not None and distributed.rank() == 0:
-                print(f"best {args.eval_task} {state.best:.4g}: encoder saved to {folder / 'best'}")
+            experiment.say_best(state, args.eval_task, folder)
         model_dir = folder / "best" if (folder / "best").exists() else folder / "model"
     experiment.say_done(out, "mean pooling")
     return 0
@@ -304,7 +308,8 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
                                help=f"view {i} (default: the official; " + (
                                    "joint stages only: a sup stage makes no views)" if prefix else "§5.2 compares pairs)"))
             group.add_argument(f"--{prefix}rate{i}", type=float,
-                               help=f"cutoff / span / dropout rate of view {i} (default: the official, else 0.2)"
+                               help=f"cutoff / span / dropout rate of view {i} (default: the official view's own when "
+                                    f"--{prefix}view{i} is not given; a view it names: 0.2)"
                                + (" (joint stages only)" if prefix else ""))
         group.add_argument(f"--{prefix}lr", type=float, help="AdamW learning rate (default: the official)")
         group.add_argument(f"--{prefix}epochs", type=int, help="passes over the data (default: the official; "
