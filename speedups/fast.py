@@ -7,9 +7,9 @@ never restated here: each class below replaces the pieces the table names and in
 
   piece (default)            replaces (--plain)                          chosen where
   PackedBert                 model.Bert.run_layers, on the real tokens   SentenceEncoder.from_pretrained(...,
-   (PackedAttention)          its layers' attention, on packed rows       bert_class=PackedBert): tsdae_train,
-                                                                          consert_train (not --bucketing), evaluate,
-                                                                          baselines/mlm
+   (PackedAttention)          its layers' attention, on packed rows       bert_class=PackedBert):
+                                                                          commands/tsdae_train, commands/consert_train
+                                                                          (not --bucketing), evaluate, baselines/mlm
   SparseLookupPackedBert     also Bert's word lookup (SparseGradLookup)  TSDAE with a tied decoder
   PackedDecoder              tsdae.TSDAEDecoder.forward (with `keep`)    TSDAELoss(..., decoder_class=PackedDecoder)
    (SentenceVectorAttention)  a decoder layer's cross_attn
