@@ -17,7 +17,8 @@ Read top to bottom:
 Sections are numbered as in the arXiv paper: §3.1 the framework and NT-Xent (eq. 1), §3.2 the views, §3.3 NLI
 supervision (eq. 2), §4.1 the set-up, §5.2-§5.5 the studies of views, few-shot, temperature and batch size.
 What runs: `--plain` runs these classes on model.Bert. By default they run on speedups/fast.py's PackedBert, whose
-run_layers computes the real tokens only (the same numbers, tests/test_fast.py); with --bucketing on model.Bert.
+run_layers computes the real tokens only (the same numbers with dropout off; in training, other draws of the
+dropout masks: tests/test_fast.py); with --bucketing on model.Bert.
 The command line (the official settings of each strategy, stage by stage) is commands/consert_train.py's: `python
 consert.py` hands over to it, and consert_train.build_objective picks the class for each stage.
 """

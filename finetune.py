@@ -85,7 +85,7 @@ def normalise_scores(scores: Sequence[float], low: float, high: float) -> list[f
     return [(s - low) / (high - low) for s in scores]
 
 
-SCORED_LOSSES = {"cosent": cosent_loss, "cosine": cosine_regression_loss}
+SCORED_LOSSES = ("cosent", "cosine")  # the losses of scored pairs: cosent_loss, cosine_regression_loss
 
 
 # ----------------------------------------------------------------------------

@@ -13,9 +13,9 @@ Read top to bottom:
   5. what the vector remembers (§3.2)    greedy_decode, beam_decode: rebuild a sentence from its vector
                                          (examples/reconstruct.py); save_decoder, load_decoder
 What runs: `--plain` runs these classes as written. By default speedups/fast.py replaces named pieces with
-classes that give the same numbers (tests/test_fast.py): the encoder's Bert.run_layers and tied word lookup
-(fast.SparseLookupPackedBert, see TSDAELoss.memory), TSDAEDecoder.forward, each layer's cross_attn and
-neg_log_likelihood (each says so below). The command line is commands/tsdae_train.py's (`python tsdae.py`
+classes that give the same numbers with dropout off (in training, other draws of the dropout masks;
+tests/test_fast.py): the encoder's Bert.run_layers and tied word lookup (fast.SparseLookupPackedBert, see
+TSDAELoss.memory), TSDAEDecoder.forward, each layer's cross_attn and neg_log_likelihood (each says so below). The command line is commands/tsdae_train.py's (`python tsdae.py`
 hands over to it, running it as the script); this file imports only model.py, data.py and lib/.
 """
 from __future__ import annotations
@@ -200,8 +200,8 @@ class PreNormDecoderLayer(DecoderLayer):
 class TSDAEDecoder(nn.Module):
     """Rebuilds a sentence from its vector alone (§3.1-3.2).
 
-    tie=True (the paper's choice, app. A): the embeddings and every per-layer module except cross-attention
-    are the encoder's own (with MPNet its relative position bias, with ModernBERT its final LayerNorm).
+    tie=True (the paper's choice, app. A): the embeddings and every per-layer module except cross-attention and its
+    LayerNorm are the encoder's own (with MPNet its relative position bias, with ModernBERT its final LayerNorm).
     tie=False: a separate copy, initialised from the same weights.
     LM head: the checkpoint's `cls.predictions` when it has one (the encoder never uses it), else new;
     its projection onto the vocabulary is always the (shared) word-embedding matrix.

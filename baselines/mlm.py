@@ -12,7 +12,7 @@ Read top to bottom:
   1. the masking (§3.1, app. A.1)    mask_tokens: choose 15% of the tokens; 80% [MASK], 10% random, 10% unchanged
   2. the training items              MaskedDataset: each sentence's masks drawn from a generator of (seed, epoch, i)
   3. the loss (§3.1)                 MLMLoss: cross-entropy at the masked positions, the checkpoint's MLM head
-  4. the command                     make_parser, parse_args, main: commands/experiment.py's steps, then train.train
+  4. the command                     main: commands/experiment.py's steps, then train.train; make_parser, parse_args
 
     python baselines/mlm.py --corpus FILE --model DIR --steps N --out runs/mlm
     python baselines/mlm.py --corpus FILE --model DIR --random-init ...   # pre-train from scratch (docs/standin.md)

@@ -266,17 +266,18 @@ def stage_settings(stage: Stage, out: Path, resume: bool, loader: torch.utils.da
         lr_factor_fn=train.linear_schedule_with_warmup if official and args.schedule == "official" else None)
 
 
-def make_parser(view_names: Sequence[str] = VIEW_NAMES) -> cli.ArgumentParser:
-    """Every flag; `view_names`: the views --view1 / --view2 may name (a lab's objective may make more)."""
-    p = cli.ArgumentParser(description="Fine-tune a sentence encoder with ConSERT (arXiv:2105.11741): contrastive "
-                                       "learning between two views of each sentence made at the embedding layer, "
-                                       "optionally fused with NLI supervision (§3.3). The training defaults are the "
-                                       "official scripts' (consert_train.OFFICIAL; not --model, the shipped "
-                                       "all-MiniLM-L6-v2, and no model selection unless an evaluation: "
-                                       "--eval-data, --heldout or a task from your own file): unsupervised, "
-                                       "feature cutoff 0.2 + token shuffle, dropout off, temperature 0.1, batch 96, "
-                                       "lr 5e-7, 10 epochs. The "
-                                       "author later found lr 2e-5 with temperature 0.05 better.")
+DESCRIPTION = ("Fine-tune a sentence encoder with ConSERT (arXiv:2105.11741): contrastive learning between two views "
+               "of each sentence made at the embedding layer, optionally fused with NLI supervision (§3.3). The "
+               "training defaults are the official scripts' (consert_train.OFFICIAL; not --model, the shipped "
+               "all-MiniLM-L6-v2, and no model selection unless an evaluation: --eval-data, --heldout or a task from "
+               "your own file): unsupervised, feature cutoff 0.2 + token shuffle, dropout off, temperature 0.1, "
+               "batch 96, lr 5e-7, 10 epochs. The author later found lr 2e-5 with temperature 0.05 better.")
+
+
+def make_parser(view_names: Sequence[str] = VIEW_NAMES, description: str = DESCRIPTION) -> cli.ArgumentParser:
+    """Every flag; `view_names`: the views --view1 / --view2 may name, `description` opens --help (a lab's objective
+    may make more views, and has its own description: labs/)."""
+    p = cli.ArgumentParser(description=description)
     src = p.add_argument_group("data")
     src.add_argument("--corpus", help="UTF-8 text file, one unlabelled sentence per line")
     src.add_argument("--sts-corpus", metavar="DATA_DIR",
@@ -382,6 +383,13 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
     if "unsup" not in kinds and contrastive_flags:
         p.error(f"--strategy {args.strategy} has no contrastive stage: {', '.join(contrastive_flags)} would change "
                 "nothing (its NLI stage takes --nli-lr, --nli-epochs, ...)")
+    nli_flags = [f"--{name.replace('_', '-')}" for name in ("nli", "nli_lr", "nli_epochs", "nli_steps", "nli_patience",
+                 "nli_view1", "nli_view2", "nli_rate1", "nli_rate2") if getattr(args, name) is not None]
+    nli_flags += ["--nli-encoder-dropout"] if args.nli_encoder_dropout != "auto" else []
+    nli_flags += ["--nli-features"] if args.nli_features != NLI_FEATURES[0] else []
+    if kinds == ["unsup"] and nli_flags:
+        p.error(f"--strategy unsup has no NLI stage: {', '.join(nli_flags)} would change nothing (--strategy sup, "
+                "joint, sup-unsup or joint-unsup train on --nli)")
     if "sup" in kinds and unused:
         p.error(f"--strategy {args.strategy}'s NLI stage trains the classifier alone, with no views: "
                 f"{', '.join(unused)} would change nothing")

@@ -117,8 +117,7 @@ def build_objective(args: argparse.Namespace) -> finetune.SupervisedLoss:
 
 
 def examples(kind: str, rows: Sequence[tuple], encoder: SentenceEncoder) -> finetune.ExampleDataset:
-    """The rows as training items, in plain shuffled batches as sentence-transformers' DataLoader(shuffle=True)
-    gives them (experiment.loader)."""
+    """The rows as ExampleDataset items (the training rows, or the --heldout ones); the caller batches them."""
     return finetune.ExampleDataset(rows, columns_of(kind, rows), encoder.tokenizer, encoder.max_length)
 
 

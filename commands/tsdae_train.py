@@ -2,7 +2,7 @@
 (`python tsdae.py` runs it).
 
   make_parser, parse_args   every flag, with the paper's defaults (app. A, B), but the reference code's loss
-                            normalisation and a run of one epoch, not 100K steps
+                            normalisation and a run of one epoch, not 100K steps; check_args: each in its range
   main                      the run's steps, then train.train (a lab's entry point, labs/, runs them with its own piece):
     read_inputs             the corpus, the --heldout lines, the device and the model card (bad input stops here)
     build_objective         the encoder and TSDAELoss (speedups/fast.py's pieces unless --plain)
@@ -115,9 +115,10 @@ def decoder_saver(objective: tsdae.TSDAELoss, args: argparse.Namespace) -> Calla
     return lambda out: tsdae.save_decoder(objective, out / "decoder", decoder)
 
 
-def make_parser() -> cli.ArgumentParser:
-    p = cli.ArgumentParser(description="Train a sentence encoder with TSDAE (arXiv:2104.06979) on unlabelled "
-                                       "sentences, one per line.")
+def make_parser(description: str = "Train a sentence encoder with TSDAE (arXiv:2104.06979) on unlabelled "
+                                   "sentences, one per line.", fast_path: bool = True) -> cli.ArgumentParser:
+    """Every flag; `description` opens --help, and a run with no fast path has no --plain (a lab's, labs/)."""
+    p = cli.ArgumentParser(description=description)
     p.add_argument("--corpus", required=True, help="UTF-8 text file, one sentence per line")
     p.add_argument("--model", default=None,
                    help=f"a {cli.checkpoint_families()} checkpoint: a local folder or a Hub id such as "
@@ -145,16 +146,21 @@ def make_parser() -> cli.ArgumentParser:
     p.add_argument("--loss-normalisation", default="tokens", choices=["tokens", "sentence"],
                    help="tokens: mean over the batch's tokens (reference code); sentence: per-sentence sum (paper §3.1). "
                         "One factor per batch apart: when every step is clipped to norm 1 they train alike (LABS.md, lab 6)")
-    cli.add_run_arguments(p, out="runs/tsdae", inputs="corpus lines")
+    cli.add_run_arguments(p, out="runs/tsdae", inputs="corpus lines", fast_path=fast_path)
     cli.add_selection_arguments(p, eval_every=500, what="the paper selects none: app. B assumes no labelled data")
     return p
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The flags, each in its range; --max-length leaves room for a word."""
+    """The flags, each in its range (check_args)."""
     p = make_parser()
-    args = cli.parse_args(p, argv, positive=("lr",), at_least_one=("epochs", "steps", "batch_size", "eval_every", "micro_batch"),
-                          ratios=("noise_ratio",))
+    return check_args(p, p.parse_args(argv))
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Each flag in its range; --max-length leaves room for a word."""
+    cli.check_arguments(p, args, positive=("lr",),
+                        at_least_one=("epochs", "steps", "batch_size", "eval_every", "micro_batch"), ratios=("noise_ratio",))
     cli.check_selection(p, args)
     if args.max_length < 3:
         p.error(f"--max-length must be at least 3: the start token, one word, the end token (got {args.max_length})")

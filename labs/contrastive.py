@@ -3,17 +3,30 @@ unsup with the contrastive stage trained by the lab's objective (a subclass of c
 from __future__ import annotations
 
 import argparse
+import textwrap
 from pathlib import Path
 
 import train
 from commands import consert_train, experiment
-from consert import VIEW_NAMES, ConSERTLoss, check_views
+from consert import ConSERTLoss, check_views
+from lib import cli
 
 
-def parse_args(argv: list[str] | None, objective_class: type[ConSERTLoss]) -> argparse.Namespace:
-    """`python consert.py`'s flags (the views `objective_class` makes among the choices), checked as
-    consert_train.parse_args checks them, for --strategy unsup and this objective alone."""
-    p = consert_train.make_parser(tuple(dict.fromkeys((*VIEW_NAMES, *objective_class.view_names))))
+def make_parser(lab: str, objective_class: type[ConSERTLoss]) -> cli.ArgumentParser:
+    """`python consert.py`'s flags, the views' choices those `objective_class` makes, under the lab's description
+    (its module's docstring) and what the lab accepts of them."""
+    views = ", ".join(objective_class.view_names)
+    what = textwrap.fill(f"The run of `python consert.py FLAGS` for its contrastive stage alone (--strategy unsup), "
+                         f"trained by {objective_class.__name__}: --view1 and --view2 among {views}; not with "
+                         "--micro-batch. consert.py's flags:", width=116)
+    description = f"{lab}\n{what}"
+    return consert_train.make_parser(objective_class.view_names, description)
+
+
+def parse_args(argv: list[str] | None, objective_class: type[ConSERTLoss], lab: str = "") -> argparse.Namespace:
+    """make_parser's flags, checked as consert_train.parse_args checks them, for --strategy unsup and this objective
+    alone (whose views leave out the adversarial one: ConSERTLoss.view_names)."""
+    p = make_parser(lab, objective_class)
     args = consert_train.check_args(p, p.parse_args(argv))
     name = objective_class.__name__
     if args.strategy != "unsup":
@@ -23,15 +36,16 @@ def parse_args(argv: list[str] | None, objective_class: type[ConSERTLoss]) -> ar
         check_views(stage.views, objective_class.view_names)
     except ValueError as e:
         p.error(f"{name}: {e}")
-    if args.micro_batch or "adversarial" in [view.name for view in stage.views]:
+    if args.micro_batch:
         p.error(f"{name} is a lab of ConSERTLoss itself: not with --micro-batch (the cached gradient chunks "
-                "ConSERT's own objective) nor the adversarial view")
+                "ConSERT's own objective)")
     return args
 
 
-def main(argv: list[str] | None, objective_class: type[ConSERTLoss]) -> int:
-    """consert_train.main's steps for its one contrastive stage, trained by `objective_class`."""
-    args = parse_args(argv, objective_class)
+def main(argv: list[str] | None, objective_class: type[ConSERTLoss], lab: str) -> int:
+    """consert_train.main's steps for its one contrastive stage, trained by `objective_class` (`lab`: the lab's
+    docstring, for --help)."""
+    args = parse_args(argv, objective_class, lab)
     (stage,) = consert_train.stages(args)
     _, corpus, device, world = consert_train.read_inputs(args, [stage])
     encoder = consert_train.build_encoder(stage, args.model, args)

@@ -17,9 +17,8 @@ if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, co
 
 import torch
 
-from commands import consert_train
 from labs import contrastive
-from consert import VIEW_NAMES, ConSERTLoss, View, token_cutoff
+from consert import ConSERTLoss, View, token_cutoff
 from lib import cli
 
 
@@ -35,7 +34,7 @@ def masked_token_cutoff(x: torch.Tensor, attention_mask: torch.Tensor,
 class MaskedCutoffConSERTLoss(ConSERTLoss):
     """consert.ConSERTLoss that also makes the view token_cutoff_masked; every other view as ConSERTLoss.encode."""
 
-    view_names = (*VIEW_NAMES, "token_cutoff_masked")
+    view_names = (*ConSERTLoss.view_names, "token_cutoff_masked")
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, view: View) -> torch.Tensor:
         if view.name != "token_cutoff_masked":
@@ -46,18 +45,18 @@ class MaskedCutoffConSERTLoss(ConSERTLoss):
 
 
 def make_parser() -> cli.ArgumentParser:
-    """`python consert.py`'s flags (this lab's views among the choices): this file's command line."""
-    return consert_train.make_parser(MaskedCutoffConSERTLoss.view_names)
+    """`python consert.py`'s flags, under this lab's description: this file's command line."""
+    return contrastive.make_parser(__doc__, MaskedCutoffConSERTLoss)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return contrastive.parse_args(argv, MaskedCutoffConSERTLoss)
+    return contrastive.parse_args(argv, MaskedCutoffConSERTLoss, __doc__)
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python labs/masked_cutoff.py FLAGS`: the run of `python consert.py FLAGS` (--strategy unsup), trained by
     this objective (so --view1 / --view2 may name token_cutoff_masked)."""
-    return contrastive.main(argv, MaskedCutoffConSERTLoss)
+    return contrastive.main(argv, MaskedCutoffConSERTLoss, __doc__)
 
 
 if __name__ == "__main__":

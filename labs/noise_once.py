@@ -7,6 +7,7 @@ FLAGS` otherwise.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -17,7 +18,6 @@ import random
 
 import train
 from commands import experiment, tsdae_train
-from commands.tsdae_train import make_parser, parse_args  # noqa: F401 - `python tsdae.py`'s flags are this file's
 from lib import cli
 from tsdae import DenoisingDataset
 
@@ -27,6 +27,16 @@ class NoiseOnceDataset(DenoisingDataset):
 
     def noise_rng(self, epoch: int, i: int) -> random.Random:
         return random.Random(f"{self.seed}-{i}")
+
+
+def make_parser() -> cli.ArgumentParser:
+    """`python tsdae.py`'s flags, under this lab's description: this file's command line."""
+    return tsdae_train.make_parser(__doc__)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = make_parser()
+    return tsdae_train.check_args(p, p.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,6 @@ if __name__ == "__main__":  # run as a script: the repository root (tsdae.py, co
 
 import torch
 
-from commands import consert_train
 from labs import contrastive
 from consert import ConSERTLoss
 from lib import cli
@@ -34,18 +33,18 @@ class SharedDropoutConSERTLoss(ConSERTLoss):
 
 
 def make_parser() -> cli.ArgumentParser:
-    """`python consert.py`'s flags: this file's command line."""
-    return consert_train.make_parser()
+    """`python consert.py`'s flags, under this lab's description: this file's command line."""
+    return contrastive.make_parser(__doc__, SharedDropoutConSERTLoss)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return contrastive.parse_args(argv, SharedDropoutConSERTLoss)
+    return contrastive.parse_args(argv, SharedDropoutConSERTLoss, __doc__)
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python labs/shared_dropout.py --view1 simcse --view2 simcse FLAGS`: the run of `python consert.py` with the
     same flags (--strategy unsup), trained by this objective."""
-    return contrastive.main(argv, SharedDropoutConSERTLoss)
+    return contrastive.main(argv, SharedDropoutConSERTLoss, __doc__)
 
 
 if __name__ == "__main__":

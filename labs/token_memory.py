@@ -8,6 +8,7 @@ vector to carry the sentence. The same parameters and normalisation. `python lab
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -20,7 +21,6 @@ import torch
 
 import train
 from commands import experiment, tsdae_train
-from commands.tsdae_train import make_parser, parse_args  # noqa: F401 - `python tsdae.py`'s flags are this file's
 from lib import cli, distributed
 from model import MultiHeadAttention
 from tsdae import TSDAEDecoder, TSDAELoss
@@ -59,6 +59,16 @@ class TokenMemoryTSDAELoss(TSDAELoss):
     def memory(self, batch: dict[str, torch.Tensor]) -> TokenStates:
         states = self.encoder.bert(batch["damaged_ids"], batch["damaged_mask"])  # (B, Ld, d), not pooled
         return TokenStates(states, batch["damaged_mask"])
+
+
+def make_parser() -> cli.ArgumentParser:
+    """`python tsdae.py`'s flags, under this lab's description, but --plain: this lab runs the plain path only."""
+    return tsdae_train.make_parser(__doc__, fast_path=False)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = make_parser()
+    return tsdae_train.check_args(p, p.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -81,7 +81,8 @@ def add_run_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, out:
     p.add_argument("--save-every", type=int, default=1000, help="write a resumable checkpoint every N steps (0: at the end)")
     if fast_path:
         p.add_argument("--plain", action="store_true", help="run the plain reading path (model.py, the method's "
-                                                            "file) instead of fast.py's equal, faster pieces")
+                                                            "file) instead of fast.py's faster pieces (equal with dropout off; "
+                                                            "with it, other draws of its masks)")
 
 
 def checkpoint_families() -> str:

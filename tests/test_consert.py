@@ -621,6 +621,8 @@ def test_bad_input_gets_one_line_error_from_the_cli(nli, message, tmp_path, tiny
     (["--strategy", "joint", "--nli", "x", "--nli-view2", "none"], "both the one unaugmented pass"),
     (["--strategy", "sup", "--nli", "x", "--lr", "1e-5", "--steps", "100"], "no contrastive stage: --lr, --steps"),
     (["--strategy", "joint", "--nli", "x", "--corpus", "x"], "no contrastive stage: --corpus"),
+    (["--corpus", "x", "--nli", "x", "--nli-lr", "1e-5"], "no NLI stage: --nli, --nli-lr would change nothing"),
+    (["--corpus", "x", "--nli-features", "u,v,|u-v|"], "no NLI stage: --nli-features"),
 ])
 def test_flag_combinations_are_checked(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -709,8 +711,8 @@ def test_each_strategy_gets_the_official_scripts_settings(strategy, expected):
     args = consert_train.parse_args(argv)
     assert args.nli_features == "u,v,|u-v|,max(u,v)^2" and not args.bucketing
     off = ["--encoder-dropout", "off"] if "unsup" in strategy else []  # sup, joint: no contrastive stage
-    assert consert_train.stages(consert_train.parse_args(argv + [*off, "--nli-encoder-dropout", "off"]))[-1].dropout \
-        is False
+    off += ["--nli-encoder-dropout", "off"] if strategy != "unsup" else []  # unsup: no NLI stage
+    assert consert_train.stages(consert_train.parse_args(argv + off))[-1].dropout is False
 
 
 def test_nli_classifier_reads_u_v_abs_difference_and_max_squared(tiny_model_dir, data_dir):

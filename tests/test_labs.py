@@ -4,6 +4,7 @@ dropout (lab 4), flags of ConSERT itself; and lab 6's finding, that the two loss
 step is clipped."""
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ import train
 import tsdae
 from commands import consert_train, tsdae_train
 from conftest import losses_with_scrambled_token_states
-from labs import contrastive
+from labs import contrastive, masked_cutoff, noise_once, shared_dropout, token_memory
 from labs.masked_cutoff import MaskedCutoffConSERTLoss, masked_token_cutoff
 from labs.noise_once import NoiseOnceDataset
 from labs.shared_dropout import SharedDropoutConSERTLoss
@@ -133,7 +134,9 @@ def test_shared_dropout_is_for_two_simcse_views_only(tiny_model_dir, capsys):
     assert consert_train.stages(args)[0].dropout
     for argv, lab, message in (
             (["--view1", "none", "--view2", "simcse"], SharedDropoutConSERTLoss,
-             "SharedDropoutConSERTLoss: unknown view in ['none', 'simcse']; choose from simcse"),
+             "argument --view1: invalid choice: 'none'"),
+            ([], SharedDropoutConSERTLoss,  # the official views, not named on the command line
+             "SharedDropoutConSERTLoss: unknown view in ['feature_cutoff', 'shuffle']; choose from simcse"),
             (["--view1", "simcse", "--view2", "simcse", "--micro-batch", "2"], SharedDropoutConSERTLoss, "--micro-batch"),
             (["--view1", "simcse", "--view2", "simcse", "--strategy", "joint-unsup", "--nli", "x"],
              SharedDropoutConSERTLoss, "--strategy unsup only"),
@@ -236,6 +239,24 @@ def test_a_lab_runs_as_a_script_with_the_methods_flags():
                             text=True)
     assert result.returncode == 0, result.stderr
     assert "token_cutoff_masked" in result.stdout and "--temperature" in result.stdout
+
+
+@pytest.mark.parametrize("lab", [masked_cutoff, shared_dropout, noise_once, token_memory])
+def test_a_labs_help_opens_with_the_lab_and_what_it_accepts(lab):
+    """--help of a lab says which lab it is (not the method's description) and offers no option it refuses: a
+    ConSERT lab's says which views and strategy it takes (its views' choices are those its parse_args accepts), the
+    token-memory lab has no --plain."""
+    text = lab.make_parser().format_help()
+    assert text.split("\n\n")[1].startswith(lab.__doc__.splitlines()[0])  # after the usage block: the lab
+    if lab in (masked_cutoff, shared_dropout):
+        objective_class = {masked_cutoff: MaskedCutoffConSERTLoss, shared_dropout: SharedDropoutConSERTLoss}[lab]
+        said = re.search(r"--view1 and --view2 among ([\w, ]+);", " ".join(text.split())).group(1).split(", ")
+        assert said == list(objective_class.view_names) and "adversarial" not in said
+        assert "--strategy unsup" in " ".join(text.split())
+        for view in said:
+            lab.parse_args(["--corpus", "x", "--view1", view, "--view2", view])
+        assert not re.search(r"\{[^}]*adversarial", text)  # nor among any flag's choices
+    assert ("--plain" in text) == (lab is not token_memory)  # the token-memory lab runs the plain path only
 
 
 # ---------------------------------------------------------------- lab 6: the two loss normalisations under clipping
