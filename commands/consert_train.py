@@ -375,16 +375,17 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
         p.error(f"--strategy {args.strategy} needs exactly one of --corpus and --sts-corpus")
     if kinds != ["unsup"] and not args.nli:
         p.error(f"--strategy {args.strategy} needs --nli")
-    unused = [f"--{name.replace('_', '-')}" for name in ("nli_view1", "nli_view2", "nli_rate1", "nli_rate2")
-              if getattr(args, name) is not None]
-    contrastive_flags = [f"--{name.replace('_', '-')}" for name in ("corpus", "sts_corpus", "lr", "epochs", "steps",
-                         "patience", "view1", "view2", "rate1", "rate2") if getattr(args, name) is not None]
+    def given(*names: str) -> list[str]:  # the flags among `names` given on the command line
+        return [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) is not None]
+
+    unused = given("nli_view1", "nli_view2", "nli_rate1", "nli_rate2")
+    contrastive_flags = given("corpus", "sts_corpus", "lr", "epochs", "steps", "patience", "view1", "view2", "rate1",
+                              "rate2")
     contrastive_flags += ["--encoder-dropout"] if args.encoder_dropout != "auto" else []
     if "unsup" not in kinds and contrastive_flags:
         p.error(f"--strategy {args.strategy} has no contrastive stage: {', '.join(contrastive_flags)} would change "
                 "nothing (its NLI stage takes --nli-lr, --nli-epochs, ...)")
-    nli_flags = [f"--{name.replace('_', '-')}" for name in ("nli", "nli_lr", "nli_epochs", "nli_steps", "nli_patience",
-                 "nli_view1", "nli_view2", "nli_rate1", "nli_rate2") if getattr(args, name) is not None]
+    nli_flags = given("nli", "nli_lr", "nli_epochs", "nli_steps", "nli_patience") + unused
     nli_flags += ["--nli-encoder-dropout"] if args.nli_encoder_dropout != "auto" else []
     nli_flags += ["--nli-features"] if args.nli_features != NLI_FEATURES[0] else []
     if kinds == ["unsup"] and nli_flags:
