@@ -18,7 +18,8 @@ Sections are numbered as in the arXiv paper: §3.1 the framework and NT-Xent (eq
 supervision (eq. 2), §4.1 the set-up, §5.2-§5.5 the studies of views, few-shot, temperature and batch size.
 What runs: `--plain` runs these classes on model.Bert. By default they run on speedups/fast.py's PackedBert, whose
 run_layers computes the real tokens only (the same numbers with dropout off; in training, other draws of the
-dropout masks: tests/test_fast.py); with --bucketing on model.Bert.
+dropout masks: tests/test_fast.py); with --bucketing on model.Bert. --micro-batch, --plain or not, runs
+speedups/gradcache.py's subclasses.
 The command line (the official settings of each strategy, stage by stage) is commands/consert_train.py's: `python
 consert.py` hands over to it, and consert_train.build_objective picks the class for each stage.
 """
@@ -409,5 +410,5 @@ def collate_nli(items: list[tuple[list[int], list[int], int]], pad_id: int = 0,
             "hypothesis_keys": sentence_keys([h for _, h, _ in items])}
 
 
-if __name__ == "__main__":  # python consert.py --corpus ...: the experiment around this method, commands/consert_train.py
-    runpy.run_module("commands.consert_train", run_name="__main__")  # as `python -m commands.consert_train`, sys.argv as it is
+if __name__ == "__main__":  # python consert.py --corpus ...: the experiment around this method
+    runpy.run_module("commands.consert_train", run_name="__main__")  # as `python -m commands.consert_train`

@@ -349,10 +349,10 @@ def evaluate(encoder, tasks: str | Sequence[str], data_dir: str | Path | None = 
              show_progress: bool = False, split: str = "test") -> dict:
     """Run the tasks; returns {task: score x 100, ..., "avg7": ... (when all seven STS ran), "useb-avg": ...
     (when the four useb tasks ran), "details": {task: {...}}, "skipped": {task: reason}}. "all" runs ALL_TASKS
-    whose data is present (the seven STS tests, twitterpara, askubuntu); "useb" the four useb tasks. A task named explicitly whose data
-    is missing raises DataMissingError before anything is encoded. `split` ("test" or "valid", USEB's dev data,
-    for model selection) is what the useb tasks score; the other tasks ignore it (each reports its test score,
-    with dev in details where it has one)."""
+    whose data is present (the seven STS tests, twitterpara, askubuntu); "useb" the four useb tasks. A task named
+    explicitly whose data is missing raises DataMissingError before anything is encoded. `split` ("test" or "valid",
+    USEB's dev data, for model selection) is what the useb tasks score; the other tasks ignore it (each reports its test
+    score, with dev in details where it has one)."""
     if split not in useb.USEB_SPLITS:
         raise ValueError(f"unknown split {split!r}; choose from {', '.join(useb.USEB_SPLITS)}")
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
@@ -425,8 +425,10 @@ def make_parser() -> argparse.ArgumentParser:
                         help="default: the model folder's own; last2-mean = the average of the mean-pooled last two "
                              "layers, ConSERT's official evaluation")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per encoder pass")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...")
-    parser.add_argument("--plain", action="store_true", help="encode with the plain model.py code instead of speedups/fast.py's")
+    parser.add_argument("--device", default="auto",
+                        help="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...")
+    parser.add_argument("--plain", action="store_true",
+                        help="encode with the plain model.py code instead of speedups/fast.py's")
     parser.add_argument("--json", help="also write the scores and details to this JSON file")
     fetching = parser.add_argument_group("getting the data (lib/download.py)")
     fetching.add_argument("--fetch-data", metavar="DIR", type=Path,
@@ -462,7 +464,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = cli.device(args.device)  # cli.UsageError: a device this machine does not have
     model_dir = args.model or default_model_path()
     bert_class = Bert if args.plain else fast.PackedBert
-    encoder = SentenceEncoder.from_pretrained(model_dir, pooling=args.pooling, bert_class=bert_class).to(device)  # or ModelLoadError
+    encoder = SentenceEncoder.from_pretrained(model_dir, pooling=args.pooling,
+                                              bert_class=bert_class).to(device)  # or ModelLoadError
     try:
         result = evaluate(encoder, tasks, data_dir, args.batch_size, show_progress=True, split=args.split)
     except DataFormatError as err:  # a malformed data file: one line, as a bad corpus

@@ -157,5 +157,5 @@ def collate_examples(items: list[dict], pad_id: int = 0, multiple: int = 1) -> d
     return batch
 
 
-if __name__ == "__main__":  # python finetune.py --pairs ...: the experiment around this objective, commands/finetune_train.py
-    runpy.run_module("commands.finetune_train", run_name="__main__")  # as `python -m commands.finetune_train`, sys.argv as it is
+if __name__ == "__main__":  # python finetune.py --pairs ...: the experiment around this objective
+    runpy.run_module("commands.finetune_train", run_name="__main__")  # as `python -m commands.finetune_train`

@@ -149,8 +149,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 class MultiHeadAttention(nn.Module):
     """h heads of scaled dot-product attention. The queries come from x; the keys and values from x too
     (self-attention) or from a `memory` (cross-attention, as in TSDAE's decoder).
-    layer: the index of the encoder layer it serves (ModernBERT's positions and windows depend on it); None for a
-    cross-attention, whose queries see no positions."""
+    layer: the index of the encoder layer it serves (ModernBERT's positions and windows depend on it: Rotary,
+    section 8); None for a cross-attention, whose queries see no positions."""
 
     def __init__(self, cfg: BertConfig, layer: int | None = None):
         super().__init__()
@@ -161,10 +161,8 @@ class MultiHeadAttention(nn.Module):
         self.v = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
         self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=cfg.bias)
         self.dropout_p = cfg.attention_probs_dropout_prob
-        rotary = cfg.global_rope_theta is not None and layer is not None
-        local = rotary and cfg.is_local(layer)
-        self.rotary = Rotary(cfg, local) if rotary else None  # ModernBERT
-        self.window = cfg.local_attention // 2 if local else None  # ModernBERT's local layers
+        rotary = cfg.global_rope_theta is not None and layer is not None  # ModernBERT's positions (section 8)
+        self.rotary = Rotary(cfg, local=cfg.is_local(layer)) if rotary else None
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 memory: torch.Tensor | None = None) -> torch.Tensor:
@@ -180,17 +178,11 @@ class MultiHeadAttention(nn.Module):
 
     def heads(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """(B, L, d) -> (B, h, L, dh) each; ModernBERT's positions turn q and k, and a local layer's window
-        narrows the mask."""
+        """(B, L, d) -> (B, h, L, dh) each."""
         h = self.n_heads
         q, k, v = split_heads(q, h), split_heads(k, h), split_heads(v, h)
-        if self.rotary is not None:
-            q, k = self.rotary(q), self.rotary(k)
-        if self.window is not None:
-            positions = torch.arange(q.shape[-2], device=q.device)
-            near = (positions[:, None] - positions[None, :]).abs() <= self.window  # (L, L): |t - t'| <= window
-            itself = positions[:, None] == positions[None, :]  # a padding query far from every real key sees itself
-            mask = near if mask is None else (mask & near) | itself  # (no row without keys: no NaN to spread)
+        if self.rotary is not None:  # ModernBERT (section 8): positions turn q and k; a local layer narrows the mask
+            q, k, mask = self.rotary(q, k, mask)
         return q, k, v, mask
 
 
@@ -252,7 +244,8 @@ class EncoderLayer(nn.Module):
 class Bert(nn.Module):
     """The BERT encoder: embed the tokens, then run N layers. `mlm_head` exists only when the checkpoint has one.
     A subclass may name other classes for two pieces: the layers' attention (speedups/fast.py's PackedBert), and
-    the word lookup (its SparseLookupPackedBert). MPNet adds `relative_bias` (to every layer's scores), ModernBERT `final_norm` (section 8)."""
+    the word lookup (its SparseLookupPackedBert). MPNet adds `relative_bias` (to every layer's scores), ModernBERT
+    `final_norm` (section 8)."""
 
     attention_class: type[MultiHeadAttention] = MultiHeadAttention
     lookup_class: type[nn.Embedding] = nn.Embedding
@@ -262,9 +255,11 @@ class Bert(nn.Module):
         self.cfg = cfg
         self.embeddings = Embeddings(cfg, self.lookup_class)
         layer_class = PreNormEncoderLayer if cfg.norm_first else EncoderLayer  # ModernBERT's: section 8
-        self.layers = nn.ModuleList([layer_class(cfg, self.attention_class, i) for i in range(cfg.num_hidden_layers)])
+        self.layers = nn.ModuleList([layer_class(cfg, self.attention_class, i)
+                                     for i in range(cfg.num_hidden_layers)])
         self.relative_bias = RelativePositionBias(cfg) if cfg.relative_attention_num_buckets else None
-        self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.bias) if cfg.norm_first else None
+        self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps,
+                                       bias=cfg.bias) if cfg.norm_first else None
         self.mlm_head = MLMHead(cfg) if with_mlm_head else None
         self.apply(init_weights)
 
@@ -276,10 +271,9 @@ class Bert(nn.Module):
         return self.run_layers(self.embed(input_ids, position_ids), attention_mask, all_layers)
 
     def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """The embedding layer's output (B, L, d): what ConSERT's views change. ModernBERT has no position vectors
-        (the layers turn q and k by where a row sits): given position_ids, a permutation of 0..L-1 in each row
-        (ConSERT's token shuffle), each token's row is put at its position, so the layers see the tokens in that
-        order (their states come out in it: mean and max pooling are the same)."""
+        """The embedding layer's output (B, L, d): what ConSERT's views change. (ModernBERT, whose positions are
+        where a row sits (Rotary): given position_ids, a permutation of 0..L-1 per row, each token's row moves there;
+        the states come out in that order, which mean and max pooling do not see.)"""
         x = self.embeddings(input_ids, position_ids)  # (B, L, d)
         if position_ids is not None and self.embeddings.position is None:
             x = torch.zeros_like(x).scatter(1, position_ids[..., None].expand_as(x), x)  # row t -> position_ids[t]
@@ -288,7 +282,8 @@ class Bert(nn.Module):
     def run_layers(self, x: torch.Tensor, attention_mask: torch.Tensor,
                    all_layers: bool = False) -> torch.Tensor | list[torch.Tensor]:
         """The N layers on an embedding output x (B, L, d)."""
-        mask = self.self_attention_mask(attention_mask.bool()[:, None, None, :])  # (B, 1, 1, L): every query may see every real key
+        # (B, 1, 1, L): every query may see every real key
+        mask = self.self_attention_mask(attention_mask.bool()[:, None, None, :])
         states = [x]
         for layer in self.layers:
             x = layer(x, mask)  # (B, L, d)
@@ -441,8 +436,10 @@ class SentenceEncoder(nn.Module):
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))  # longest first: a too-big batch fails early
         out = torch.empty(len(ids), self.bert.cfg.hidden_size)
         batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-        for batch in data.progress(batches, desc="encode", disable=None if show_progress else True):  # None: on a terminal
-            input_ids, mask = data.pad([ids[i] for i in batch], self.bert.cfg.pad_token_id, data.pad_multiple(self.device))
+        for batch in data.progress(batches, desc="encode",
+                                   disable=None if show_progress else True):  # None: on a terminal
+            input_ids, mask = data.pad([ids[i] for i in batch], self.bert.cfg.pad_token_id,
+                                       data.pad_multiple(self.device))
             out[batch] = self(input_ids.to(self.device), mask.to(self.device)).float().cpu()
         self.train(was_training)
         return after_pooling(out, self.post_pooling)  # (N, d)
@@ -455,8 +452,8 @@ class SentenceEncoder(nn.Module):
             raise ValueError(f"a sentence-transformers folder cannot express {LAST2_MEAN} pooling; save with another")
         cfg = self.bert.cfg
         with weights.atomic_dir(Path(out_dir)) as tmp:
-            tensors = weights.hf_tensors({n: p for n, p in self.bert.named_parameters() if not n.startswith("mlm_head.")},
-                                         cfg.model_type)
+            tensors = weights.hf_tensors({n: p for n, p in self.bert.named_parameters()
+                                          if not n.startswith("mlm_head.")}, cfg.model_type)
             tensors.update(weights.pooler_tensors(self.source, cfg.to_dict()))  # unused here; transformers wants it
             weights.write_safetensors(tensors, tmp / "model.safetensors")
             base = weights.read_json(self.source / "config.json", missing=None) if self.source else None
@@ -523,14 +520,26 @@ class Rotary(nn.Module):
     """ModernBERT's positions (rotary, RoFormer arXiv:2104.09864 §3.4; ModernBERT §2.1.1): no position vector
     is added to the input; instead the query and key of the token at position t are turned, each pair of features
     (i, i + dh/2) by the angle t * theta^(-2i/dh). A query-key product then depends on their distance only.
-    Global layers use a base theta of 160,000, local layers 10,000."""
+    Global layers use a base theta of 160,000, local layers 10,000; a local layer's query also sees only the keys
+    within local_attention // 2 positions of it."""
 
     def __init__(self, cfg: BertConfig, local: bool = False):
         super().__init__()
         self.theta = cfg.local_rope_theta if local else cfg.global_rope_theta
         self.head_dim = cfg.hidden_size // cfg.num_attention_heads
+        self.window = cfg.local_attention // 2 if local else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor,
+                mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """q, k: (B, h, L, dh), turned; mask (bool, broadcastable to (B, h, L, L)) narrowed in a local layer."""
+        if self.window is not None:
+            positions = torch.arange(q.shape[-2], device=q.device)
+            near = (positions[:, None] - positions[None, :]).abs() <= self.window  # (L, L): |t - t'| <= window
+            itself = positions[:, None] == positions[None, :]  # a padding query far from every real key sees itself
+            mask = near if mask is None else (mask & near) | itself  # (no row without keys: no NaN to spread)
+        return self.turn(q), self.turn(k), mask
+
+    def turn(self, x: torch.Tensor) -> torch.Tensor:
         """x: (B, h, L, dh), the query or key of the token at each position 0..L-1 -> x turned, same shape."""
         dh = self.head_dim
         frequencies = 1.0 / (self.theta ** (torch.arange(0, dh, 2, dtype=torch.float, device=x.device) / dh))

@@ -15,8 +15,9 @@ Read top to bottom:
 What runs: `--plain` runs these classes as written. By default speedups/fast.py replaces named pieces with
 classes that give the same numbers with dropout off (in training, other draws of the dropout masks;
 tests/test_fast.py): the encoder's Bert.run_layers and tied word lookup (fast.SparseLookupPackedBert, see
-TSDAELoss.memory), TSDAEDecoder.forward, each layer's cross_attn and neg_log_likelihood (each says so below). The command line is commands/tsdae_train.py's (`python tsdae.py`
-hands over to it, running it as the script); this file imports only model.py, data.py and lib/.
+TSDAELoss.memory), TSDAEDecoder.forward, each layer's cross_attn and neg_log_likelihood (each says so below). The
+command line is commands/tsdae_train.py's (`python tsdae.py` hands over to it, running it as the script); this file
+imports only model.py, data.py and lib/.
 """
 from __future__ import annotations
 
@@ -83,12 +84,14 @@ def mask_words(words: list[list[int]], ratio: float, rng: random.Random, mask_id
     return [[mask_id] * len(w) if rng.random() < ratio else w for w in words]
 
 
-def replace_words(words: list[list[int]], ratio: float, rng: random.Random, vocab: Sequence[int] = (), **_) -> list[list[int]]:
+def replace_words(words: list[list[int]], ratio: float, rng: random.Random, vocab: Sequence[int] = (),
+                  **_) -> list[list[int]]:
     """Replace each picked word (probability `ratio`) with one random vocabulary token."""
     return [[rng.choice(vocab)] if rng.random() < ratio else w for w in words]
 
 
-def add_words(words: list[list[int]], ratio: float, rng: random.Random, vocab: Sequence[int] = (), **_) -> list[list[int]]:
+def add_words(words: list[list[int]], ratio: float, rng: random.Random, vocab: Sequence[int] = (),
+              **_) -> list[list[int]]:
     """After each word, with probability `ratio`, insert one random vocabulary token."""
     out = []
     for w in words:
@@ -107,7 +110,8 @@ def ordinary_token_ids(tokenizer: Tokenizer) -> list[int]:
     """Vocabulary ids a text can produce, for replace / add noise: not the tokenizer's special tokens ([PAD],
     <s>, <mask>, ...) nor the [unusedN] placeholders that WordPiece vocabularies reserve."""
     special = {i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special}
-    return sorted(i for t, i in tokenizer.get_vocab().items() if i not in special and not re.fullmatch(r"\[unused\d+\]", t))
+    return sorted(i for t, i in tokenizer.get_vocab().items()
+                  if i not in special and not re.fullmatch(r"\[unused\d+\]", t))
 
 
 # ----------------------------------------------------------------------------
@@ -143,7 +147,8 @@ class DenoisingDataset(torch.utils.data.Dataset):
         return random.Random(f"{self.seed}-{epoch}-{i}")
 
 
-def collate_pairs(items: list[tuple[list[int], list[int]]], pad_id: int = 0, multiple: int = 1) -> dict[str, torch.Tensor]:
+def collate_pairs(items: list[tuple[list[int], list[int]]], pad_id: int = 0,
+                  multiple: int = 1) -> dict[str, torch.Tensor]:
     """Pad damaged and original ids separately, each to its own longest (rounded up to `multiple`)."""
     damaged_ids, damaged_mask = data.pad([d for d, _ in items], pad_id, multiple)
     original_ids, original_mask = data.pad([o for _, o in items], pad_id, multiple)
@@ -397,5 +402,5 @@ def reconstruct(objective: TSDAELoss, damaged: list[int], beam: int = 1, max_len
     return greedy_decode(objective.decoder, sentence_vec, start, end, length)
 
 
-if __name__ == "__main__":  # python tsdae.py --corpus ...: the experiment around this method, commands/tsdae_train.py
-    runpy.run_module("commands.tsdae_train", run_name="__main__")  # as `python -m commands.tsdae_train`, sys.argv as it is
+if __name__ == "__main__":  # python tsdae.py --corpus ...: the experiment around this method
+    runpy.run_module("commands.tsdae_train", run_name="__main__")  # as `python -m commands.tsdae_train`

@@ -108,7 +108,8 @@ class MaskedDataset(torch.utils.data.Dataset):
 
     def __init__(self, sentences: Sequence[str], tokenizer: Tokenizer, max_length: int, rate: float = 0.15,
                  seed: int = 0):
-        self.sentences, self.tokenizer, self.max_length, self.rate, self.seed = sentences, tokenizer, max_length, rate, seed
+        self.sentences, self.tokenizer, self.max_length = sentences, tokenizer, max_length
+        self.rate, self.seed = rate, seed
         self.mask_id = data.special_token_id(tokenizer, "mask")
         if self.mask_id is None:
             raise UsageError("the model's tokenizer has no mask token ([MASK], <mask>): it cannot be trained by MLM")
@@ -269,7 +270,8 @@ def make_parser() -> cli.ArgumentParser:
                         "sentences per step (BERT pre-trained with 256 sequences, §A.2)")
     p.add_argument("--lr", type=float, default=5e-5,
                    help="AdamW learning rate, the TSDAE paper's for this baseline (arXiv:2104.06979 §5.2; BERT "
-                        "pre-trained at 1e-4, §A.2), constant: no warm-up or decay, no weight decay, as tsdae.py trains "
+                        "pre-trained at 1e-4, §A.2), constant: no warm-up or decay, no weight decay, "
+                        "as tsdae.py trains "
                         "(BERT: 10k warm-up steps, linear decay, weight decay 0.01)")
     p.add_argument("--mask-rate", type=float, default=0.15,
                    help="share of each sentence's ordinary tokens to predict (§3.1); of them 80%% become [MASK], "
@@ -292,8 +294,9 @@ def make_parser() -> cli.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The flags, each in its range; --max-length leaves room for a token to predict."""
     p = make_parser()
-    args = cli.parse_args(p, argv, positive=("lr", "mask_rate"), at_least_one=("epochs", "steps", "batch_size", "micro_batch"),
-                        ratios=("mask_rate",))
+    args = cli.parse_args(p, argv, positive=("lr", "mask_rate"),
+                          at_least_one=("epochs", "steps", "batch_size", "micro_batch"),
+                          ratios=("mask_rate",))
     if args.max_length < 3:
         p.error(f"--max-length must be at least 3: the start token, one token to predict, the end token "
                 f"(got {args.max_length})")

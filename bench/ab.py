@@ -5,7 +5,8 @@
 
 For TSDAE the reference is the full fast path; each other version leaves ONE piece out (or is the plain path),
 so "fast / without" < 1 means the piece makes the step faster (PackedDecoder includes its SentenceVectorAttention
-and VocabularyCrossEntropy: the packed rows need both). Every version trains its own copy of the same weights on the same batches (the bench's STS-benchmark sentences, batch 8, max length 75, AdamW, clip 1.0);
+and VocabularyCrossEntropy: the packed rows need both). Every version trains its own copy of the same weights on the
+same batches (the bench's STS-benchmark sentences, batch 8, max length 75, AdamW, clip 1.0);
 step k of every version runs before step k + 1 of any, so a machine that slows down slows all of them alike.
 Reported: the ratio of total times, and the median over steps of the per-step ratio.
 """
@@ -64,7 +65,8 @@ def tsdae_objective(model_path: str, pieces: tuple[str, ...]) -> torch.nn.Module
     decoder = "PackedDecoder" in pieces
     decoder_class = (tsdae.TSDAEDecoder if not decoder else fast.PackedDecoder if "gradient_memory" in pieces
                      else FreshMemoryDecoder)
-    encoder = SentenceEncoder.from_pretrained(model_path, pooling="cls", max_length=TRAIN_MAX_LENGTH, bert_class=bert_class)
+    encoder = SentenceEncoder.from_pretrained(model_path, pooling="cls", max_length=TRAIN_MAX_LENGTH,
+                                              bert_class=bert_class)
     return tsdae.TSDAELoss(encoder, decoder_class=decoder_class).train()
 
 
@@ -119,8 +121,10 @@ def report(record: dict) -> str:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", default=None, help="folder with stsbenchmark/ (default: $EVAL_DATA_DIR, else ../shared/data)")
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", default=None,
+                   help="folder with stsbenchmark/ (default: $EVAL_DATA_DIR, else ../shared/data)")
     p.add_argument("--model", default=None, help="BERT folder (default: the shipped all-MiniLM-L6-v2)")
     p.add_argument("--steps", type=int, default=40, help="timed steps per version")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")

@@ -362,7 +362,8 @@ def job_encode_theirs(spec: dict, work: dict, device: torch.device) -> dict:
 
 def job_consert_ours(spec: dict, work: dict, device: torch.device, plain: bool = False) -> dict:
     """Our ConSERT objective with consert.py's defaults for unlabelled sentences (views feature cutoff 0.2 and
-    token shuffle, temperature 0.1, encoder dropout off, plain shuffled batches); batches of TRAIN_BATCH, max length 75."""
+    token shuffle, temperature 0.1, encoder dropout off, plain shuffled batches); batches of TRAIN_BATCH, max length
+    75."""
     torch.manual_seed(SEED)
     encoder = model.SentenceEncoder.from_pretrained(spec["model"], pooling="mean", max_length=TRAIN_MAX_LENGTH,
                                                     bert_class=model.Bert if plain else fast.PackedBert)
@@ -523,7 +524,8 @@ def report(record: dict) -> str:
             lines.append(f"| {name} | failed: {s['error'].splitlines()[-1][:100]} |" + " |" * (len(head) - 2))
             continue
         theirs = results.get(f"{part}_theirs", {})
-        ratio = f"{s['rate_median'] / theirs['rate_median']:.2f}x" if who != "theirs" and "rate_median" in theirs else ""
+        ratio = f"{s['rate_median'] / theirs['rate_median']:.2f}x" \
+            if who != "theirs" and "rate_median" in theirs else ""
         cells = [name, f"{s['rate_median']:.1f} [{s['rate_min']:.1f}-{s['rate_max']:.1f}]", ratio,
                  f"{s['peak_rss_mb']:.0f}"]
         cells += [f"{s['peak_gpu_mb']:.0f}"] if gpu else []
@@ -598,12 +600,15 @@ def summary(path: str, report: Callable[[dict], str], script: str) -> int:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data-dir", default=None,
-                   help="folder with stsbenchmark/sts-train.csv (default: $EVAL_DATA_DIR, else data/ in the repository)")
+                   help="folder with stsbenchmark/sts-train.csv "
+                        "(default: $EVAL_DATA_DIR, else data/ in the repository)")
     p.add_argument("--model", default=None, help="BERT folder (default: the shipped all-MiniLM-L6-v2)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads in every measured process")
+    p.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                   help="torch threads in every measured process")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the table shows the median")
     p.add_argument("--train-steps", type=int, default=30, help="timed optimizer steps of batch 8 per training run")
     p.add_argument("--warmup-steps", type=int, default=3, help="untimed steps before the timed ones")
@@ -681,7 +686,8 @@ def main(argv=None) -> int:
                 shown = res.get("error", "").splitlines()[-1:] if "error" in res else (
                     [f"{res['gflops']:.1f} GFLOP/s"] if job == "matmul"
                     else [f"{res['sentences'] / res['seconds']:.1f} sentences/s, peak RSS {res['peak_rss_mb']:.0f} MB"
-                          + (f", kernel {res['kernel_ms_per_step']:.0f} ms/step" if "kernel_ms_per_step" in res else "")])
+                          + (f", kernel {res['kernel_ms_per_step']:.0f} ms/step" if "kernel_ms_per_step" in res
+                             else "")])
                 print(f"  round {r + 1}/{args.rounds} {job:14s} {' '.join(shown)}", file=sys.stderr)
 
     ok_peaks = [r["gflops"] for r in runs["matmul"] if "error" not in r]
@@ -689,7 +695,8 @@ def main(argv=None) -> int:
     pairs = work["pairs"]
     flops = {
         "train": tsdae_step_flops([len(d) for d, _ in pairs], [len(o) for _, o in pairs], cfg),
-        "encode": encode_flops([len(s) for s in data.tokenize(tokenizer, work["encode_sentences"], encoder.max_length)], cfg),
+        "encode": encode_flops([len(s) for s in data.tokenize(tokenizer, work["encode_sentences"],
+                                                              encoder.max_length)], cfg),
         "consert": consert_step_flops([len(s) for s in work["consert_ids"]], cfg),
     }
     results = {}

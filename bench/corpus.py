@@ -83,7 +83,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 def report(record: dict) -> str:
     """The markdown table of a run, from its --json record alone: each corpus against its own first lines."""
-    lines = [f"| corpus | first step s | over {SMALL_LINES // 1000}k lines | peak RSS MiB | over {SMALL_LINES // 1000}k lines "
+    lines = [f"| corpus | first step s | over {SMALL_LINES // 1000}k lines | peak RSS MiB | "
+             f"over {SMALL_LINES // 1000}k lines "
              "| whole run s |", "| --- | --- | --- | --- | --- | --- |"]
     for row in record["rows"]:
         (small_first, _, small_rss), (first, total, rss) = row["small"], row["big"]

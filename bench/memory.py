@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                 many, peak = run([*common, "--steps", str(args.steps)])
                 row = {"batch": batch, "chunk": chunk, "peak_mib": peak, "seconds": many, "seconds_one_step": one}
                 record["rows"].append(row)
-                print(f"{batch:>6} {chunk or '-':>7} {peak:>13.0f} {ms_per_sentence(row, args.steps):>14.1f}", flush=True)
+                print(f"{batch:>6} {chunk or '-':>7} {peak:>13.0f} {ms_per_sentence(row, args.steps):>14.1f}",
+                      flush=True)
     print()
     return finish(record, report, args.json)
 

@@ -44,7 +44,8 @@ def encode_and_score(pool: int, n_queries: int) -> float:
         folder = Path(tmp) / useb.USEB_EVAL / "cqadupstack"
         folder.mkdir(parents=True)
         (folder / "corpus.json").write_text(json.dumps({"bench": titles}))
-        (folder / "retrieval_split.json").write_text(json.dumps({"test": {"bench": queries}, "valid": {"bench": queries}}))
+        (folder / "retrieval_split.json").write_text(json.dumps({"test": {"bench": queries},
+                                                                 "valid": {"bench": queries}}))
         encoder = SentenceEncoder.from_pretrained(default_model_path(), bert_class=fast.PackedBert)  # as evaluate.py
         start = time.perf_counter()
         evaluate.evaluate(encoder, ["useb-cqadupstack"], Path(tmp))

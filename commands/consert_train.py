@@ -53,7 +53,8 @@ class Stage:
 
 # The official scripts (yym6472/ConSERT, scripts/*-base.sh; the paper's set-up, §4.1), stage by stage. A two-stage
 # strategy runs its NLI stage into OUT/stage1, then the contrastive stage on the corpus from there (its best/
-# checkpoint when the stage evaluated, as the official code saves only that one). Every command-line flag overrides its entry.
+# checkpoint when the stage evaluated, as the official code saves only that one). Every command-line flag
+# overrides its entry.
 NLI_VIEWS = (View("none"), View("token_cutoff", 0.1))  # joint's (sup makes no views: its loss is the classifier's)
 OFFICIAL = {
     "unsup": [Stage("unsup", (View("feature_cutoff", 0.2), View("shuffle")), lr=5e-7, epochs=10, dropout=False,
@@ -202,7 +203,9 @@ def build_objective(stage: Stage, encoder: SentenceEncoder, args: argparse.Names
                           nli_features=args.nli_features, adv_norm=args.adv_norm, **chunks, **common)
     if "adversarial" in [view.name for view in stage.views]:
         return AdversarialConSERTLoss(encoder, stage.views, adv_norm=args.adv_norm, **common)
-    return (gradcache.ChunkedConSERTLoss if args.micro_batch else ConSERTLoss)(encoder, stage.views, **chunks, **common)
+    if args.micro_batch:
+        return gradcache.ChunkedConSERTLoss(encoder, stage.views, **chunks, **common)
+    return ConSERTLoss(encoder, stage.views, **common)
 
 
 def contrastive_settings(args: argparse.Namespace, world: int) -> dict:
@@ -258,7 +261,8 @@ def stage_settings(stage: Stage, out: Path, resume: bool, loader: torch.utils.da
     card = cli.model_card("ConSERT", make_parser(), args, argv, lines, pooling="mean", lr=stage.lr,
                           corpus=f"{corpus}, stage {stage.kind} of --strategy {args.strategy}")
     official = args.optimizer == "official"
-    recipe = experiment.CONSERT_FIT | (dict(warmup_ratio=0.0, schedule="constant") if args.schedule == "constant" else {})
+    recipe = experiment.CONSERT_FIT | (dict(warmup_ratio=0.0, schedule="constant") if args.schedule == "constant"
+                                       else {})
     return experiment.settings(
         args, loader, card, heldout, steps=stage.steps, epochs=stage.epochs, lr=stage.lr, out=out, resume=resume,
         eval_pooling=args.eval_pooling, patience=stage.patience, **recipe,
@@ -266,12 +270,14 @@ def stage_settings(stage: Stage, out: Path, resume: bool, loader: torch.utils.da
         lr_factor_fn=train.linear_schedule_with_warmup if official and args.schedule == "official" else None)
 
 
-DESCRIPTION = ("Fine-tune a sentence encoder with ConSERT (arXiv:2105.11741): contrastive learning between two views "
-               "of each sentence made at the embedding layer, optionally fused with NLI supervision (§3.3). The "
-               "training defaults are the official scripts' (consert_train.OFFICIAL; not --model, the shipped "
-               "all-MiniLM-L6-v2, and no model selection unless an evaluation: --eval-data, --heldout or a task from "
-               "your own file): unsupervised, feature cutoff 0.2 + token shuffle, dropout off, temperature 0.1, "
-               "batch 96, lr 5e-7, 10 epochs. The author later found lr 2e-5 with temperature 0.05 better.")
+DESCRIPTION = """\
+Fine-tune a sentence encoder with ConSERT (arXiv:2105.11741): contrastive learning between two views of each
+sentence made at the embedding layer, optionally fused with NLI supervision (§3.3).
+
+The training defaults are the official scripts' (consert_train.OFFICIAL): unsupervised, feature cutoff 0.2 + token
+shuffle, dropout off, temperature 0.1, batch 96, lr 5e-7, 10 epochs. Not theirs: --model (the shipped
+all-MiniLM-L6-v2), and no model selection without an evaluation (--eval-data, --heldout or a task from your own
+file). The author later found lr 2e-5 with temperature 0.05 better."""
 
 
 def make_parser(view_names: Sequence[str] = VIEW_NAMES, description: str = DESCRIPTION) -> cli.ArgumentParser:
@@ -307,7 +313,8 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES, description: str = DESCR
         for i in (1, 2):
             group.add_argument(f"--{prefix}view{i}", choices=view_names,
                                help=f"view {i} (default: the official; " + (
-                                   "joint stages only: a sup stage makes no views)" if prefix else "§5.2 compares pairs)"))
+                                   "joint stages only: a sup stage makes no views)" if prefix
+                                   else "§5.2 compares pairs)"))
             group.add_argument(f"--{prefix}rate{i}", type=float,
                                help=f"cutoff / span / dropout rate of view {i} (default: the official view's own when "
                                     f"--{prefix}view{i} is not given; a view it names: 0.2)"
@@ -348,8 +355,8 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES, description: str = DESCR
     both.add_argument("--micro-batch", type=int, metavar="N",
                       help="encode each batch N sentences at a time with the cached gradient (GradCache, "
                            "arXiv:2101.06983): the whole batch's loss and exact gradient in the encoder memory of N; "
-                           "the dropout and views are drawn per chunk (speedups/gradcache.py). Not with the "
-                           "adversarial view")
+                           "the dropout and views are drawn per chunk (speedups/gradcache.py's classes, --plain or "
+                           "not). Not with the adversarial view")
     both.add_argument("--local-negatives", action="store_true",
                       help="under torchrun: each process contrasts its own share of the batch as a batch of its own, "
                            "and DDP sums their gradients (default: every process's sentences are the negatives)")
@@ -381,6 +388,7 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
     unused = given("nli_view1", "nli_view2", "nli_rate1", "nli_rate2")
     contrastive_flags = given("corpus", "sts_corpus", "lr", "epochs", "steps", "patience", "view1", "view2", "rate1",
                               "rate2")
+    contrastive_flags += given("few_shot") + (["--upsample"] if args.upsample else [])
     contrastive_flags += ["--encoder-dropout"] if args.encoder_dropout != "auto" else []
     if "unsup" not in kinds and contrastive_flags:
         p.error(f"--strategy {args.strategy} has no contrastive stage: {', '.join(contrastive_flags)} would change "
@@ -400,6 +408,10 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
                         ratios=("rate1", "rate2", "nli_rate1", "nli_rate2"), not_negative=("patience", "nli_patience"))
     for stage in stages(args):
         names = [view.name for view in stage.views]
+        for i, view in enumerate(stage.views, start=1):
+            if view.name in UNRATED_VIEWS and view.rate:
+                p.error(f"--{'' if stage.kind == 'unsup' else 'nli-'}rate{i} would change nothing: the {view.name} "
+                        "view takes no rate (the cutoffs, span and dropout do)")
         try:
             check_views(stage.views, names=None)
         except ValueError as e:

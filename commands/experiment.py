@@ -1,6 +1,6 @@
 """What every experiment does, written once: above train.py and the methods, below the scripts. The `main` of
-tsdae_train.py, consert_train.py, finetune_train.py (beside it) and baselines/mlm.py reads its inputs, then calls these steps
-in about this order, each the ones it needs (the masked-LM baseline keeps nothing out and selects nothing), then
+tsdae_train.py, consert_train.py, finetune_train.py (beside it) and baselines/mlm.py reads its inputs, then calls these
+steps in about this order, each the ones it needs (the masked-LM baseline keeps nothing out and selects nothing), then
 train.train itself:
 
   check_run         before anything is loaded: --eval-task has dev data, --device exists, OUT is free
@@ -181,14 +181,15 @@ def higher_is_better(task: str) -> bool:
 def check_dev_task(task: str | None, data_dir: str | Path | None) -> None:
     """The training scripts' check of --eval-task before anything is loaded: a one-line UsageError when `task` has
     no dev data (DEV_TASKS, or a file of yours: rerank:PATH, sts:PATH, pairs:PATH), or, with data_dir (the run will
-    evaluate) or a file of yours, when its dev files are not there, or when the file of sts:PATH or pairs:PATH is malformed (it is read
-    once here, so it fails now rather than at the first evaluation). None: no task."""
+    evaluate) or a file of yours, when its dev files are not there, or when the file of sts:PATH or pairs:PATH is
+    malformed (it is read once here, so it fails now rather than at the first evaluation). None: no task."""
     if task is None or task in HELDOUT_TASKS:
         return
     if task not in DEV_TASKS and taskfiles.own_file(task) is None:
         why = ("USEB has no dev split for TwitterPara: its valid split is its test set" if task == "useb-twitterpara"
                else "USEB's average includes TwitterPara, whose valid split is its test set" if task == "useb"
-               else "it has no dev data here, so selection would read its test data" if task in evaluate.TASKS or task == "all"
+               else "it has no dev data here, so selection would read its test data"
+               if task in evaluate.TASKS or task == "all"
                else f"unknown task {task!r}")
         raise UsageError(f"--eval-task {task}: {why}; choose one with dev data: {', '.join(DEV_TASKS)}, or a file of "
                          "your own: rerank:PATH, sts:PATH, pairs:PATH")
@@ -207,7 +208,8 @@ def check_dev_task(task: str | None, data_dir: str | Path | None) -> None:
         raise CorpusError(f"--eval-task {task}: {err}") from None
 
 
-def training_evaluation(args: argparse.Namespace, heldout: selection.HeldOut | None) -> tuple[Callable | None, Callable | None]:
+def training_evaluation(args: argparse.Namespace,
+                        heldout: selection.HeldOut | None) -> tuple[Callable | None, Callable | None]:
     """(eval_fn, log_fn) for TrainSettings from the selection flags (cli.add_selection_arguments): the score of
     --eval-task (None when nothing is evaluated), and {name: value} of what else each evaluation logs: the other
     held-out signal (with --heldout), alignment and uniformity on STS-b dev (--log-alignment)."""

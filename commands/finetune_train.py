@@ -141,13 +141,15 @@ def make_parser() -> cli.ArgumentParser:
                      help="the range the scores come from (a score outside it is refused); with --loss cosine "
                           "mapped to [0, 1] (default: the file's lowest and highest score; STS-b: 0,5)")
     src.add_argument("--sample", type=int, metavar="K",
-                     help="draw K rows at random (by --seed) from the file, before --heldout keeps its N of them out: how "
+                     help="draw K rows at random (by --seed) from the file, "
+                          "before --heldout keeps its N of them out: how "
                           "far do K labels go?")
     p.add_argument("--model", default=None,
                    help="the encoder to start from: a run's model/ folder (e.g. runs/tsdae/model), a checkpoint folder "
                         "or a Hub id (default: the shipped all-MiniLM-L6-v2)")
     p.add_argument("--pooling", default=None, choices=["cls", "mean", "max"],
-                   help="sentence vector (default: the model folder's own: a TSDAE run's is its --pooling, CLS unless set)")
+                   help="sentence vector (default: the model folder's own: a TSDAE run's is its --pooling, "
+                        "CLS unless set)")
     cli.add_length_arguments(p, passes_over="the rows")
     p.add_argument("--batch-size", type=int, default=16,
                    help="rows per step (with pairs and triplets, each row's positive is every other row's negative). "
@@ -157,7 +159,8 @@ def make_parser() -> cli.ArgumentParser:
                         "of the steps, then linear decay to 0, gradients clipped to norm 1: sentence-transformers' "
                         "fit)")
     p.add_argument("--scale", type=float, default=20.0,
-                   help="the cosine's factor in in-batch negatives and CoSENT (1 / temperature); --loss cosine has none")
+                   help="the cosine's factor in in-batch negatives and CoSENT (1 / temperature); "
+                        "--loss cosine has none")
     p.add_argument("--max-length", type=int, default=None, help="tokens per sentence (default: the model folder's)")
     p.add_argument("--micro-batch", type=int, metavar="N",
                    help="encode each batch N sentences at a time with the cached gradient (GradCache, "

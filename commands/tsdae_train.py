@@ -3,7 +3,8 @@
 
   make_parser, parse_args   every flag, with the paper's defaults (app. A, B), but the reference code's loss
                             normalisation and a run of one epoch, not 100K steps; check_args: each in its range
-  main                      the run's steps, then train.train (a lab's entry point, labs/, runs them with its own piece):
+  main                      the run's steps, then train.train (a lab's entry point, labs/, runs them with its
+                            own piece):
     read_inputs             the corpus, the --heldout lines, the device and the model card (bad input stops here)
     build_objective         the encoder and TSDAELoss (speedups/fast.py's pieces unless --plain)
     denoising_pairs, pair_loader   (damaged, original) pairs in the reference's plain shuffled batches
@@ -66,7 +67,8 @@ def read_inputs(args: argparse.Namespace, argv: list[str] | None) -> tuple[Seque
 
 def prepare_run(objective: tsdae.TSDAELoss, loader: torch.utils.data.DataLoader, kept_out: list[str], card: Callable,
                 args: argparse.Namespace, device: torch.device) -> train.TrainSettings:
-    """The run's settings (--heldout's pairs, the decoder saved beside model/), said in the line that starts training."""
+    """The run's settings (--heldout's pairs, the decoder saved beside model/), said in the line that starts
+    training."""
     heldout = experiment.held_out_signals(objective, denoising_pairs(kept_out, objective.encoder, args),
                                           tsdae.collate_pairs, kept_out, args, device)
     run = experiment.settings(args, loader, card, heldout, steps=args.steps, epochs=args.epochs, lr=args.lr,
@@ -133,7 +135,8 @@ def make_parser(description: str = "Train a sentence encoder with TSDAE (arXiv:2
     p.add_argument("--pooling", default="cls", choices=["cls", "mean", "max"], help="sentence vector (app. A, tab. 7)")
     p.add_argument("--noise", default="delete", choices=sorted(tsdae.NOISE), help="noise type (app. A, tab. 5)")
     p.add_argument("--noise-ratio", type=float, default=0.6, help="probability a word is affected (app. A, tab. 6)")
-    p.add_argument("--untie", action="store_true", help="separate decoder weights (initialised from the same checkpoint)")
+    p.add_argument("--untie", action="store_true",
+                   help="separate decoder weights (initialised from the same checkpoint)")
     p.add_argument("--bucketing", action="store_true",
                    help="batches of similar length (less padding) instead of the reference's plain shuffled batches; "
                         "changes each sentence's weight in the token mean")
@@ -144,8 +147,10 @@ def make_parser(description: str = "Train a sentence encoder with TSDAE (arXiv:2
                         "is drawn at random; with dropout each part draws its own masks (the same distribution, not "
                         "the same numbers)")
     p.add_argument("--loss-normalisation", default="tokens", choices=["tokens", "sentence"],
-                   help="tokens: mean over the batch's tokens (reference code); sentence: per-sentence sum (paper §3.1). "
-                        "One factor per batch apart: when every step is clipped to norm 1 they train alike (LABS.md, lab 6)")
+                   help="tokens: mean over the batch's tokens (reference code); "
+                        "sentence: per-sentence sum (paper §3.1). "
+                        "One factor per batch apart: when every step is clipped to norm 1 they train alike "
+                        "(LABS.md, lab 6)")
     cli.add_run_arguments(p, out="runs/tsdae", inputs="corpus lines", fast_path=fast_path)
     cli.add_selection_arguments(p, eval_every=500, what="the paper selects none: app. B assumes no labelled data")
     return p
@@ -160,7 +165,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
     """Each flag in its range; --max-length leaves room for a word."""
     cli.check_arguments(p, args, positive=("lr",),
-                        at_least_one=("epochs", "steps", "batch_size", "eval_every", "micro_batch"), ratios=("noise_ratio",))
+                        at_least_one=("epochs", "steps", "batch_size", "eval_every", "micro_batch"),
+                        ratios=("noise_ratio",))
     cli.check_selection(p, args)
     if args.max_length < 3:
         p.error(f"--max-length must be at least 3: the start token, one word, the end token (got {args.max_length})")

@@ -53,7 +53,8 @@ MARKER = re.compile(r"^\s*# Exercise (\d+) \(ASSIGNMENTS\.md\)\s*$")
 # the files exercises live in
 SOURCES = ("model.py", "lib/weights.py", "data.py", "tsdae.py", "consert.py", "speedups/gradcache.py", "evaluate.py")
 
-TEST_TIMEOUT = 120  # seconds a grading test may run (tests/conftest.py stops it): a hung exercise scores 0, the rest go on
+TEST_TIMEOUT = 120  # seconds a grading test may run (tests/conftest.py stops it): a hung exercise scores 0,
+# the rest go on
 
 # Each exercise's tests: they run the plain path, the one the exercises fill in.
 TESTS = {
@@ -79,7 +80,8 @@ TESTS = {
         "tests/test_consert.py::test_nt_xent_is_one_matrix_product_with_no_loop_over_the_items",
         "tests/test_consert.py::test_nt_xent_is_lower_for_identical_views_than_for_views_shuffled_across_sentences",
         "tests/test_consert.py::test_a_copy_of_a_sentence_in_the_batch_is_not_its_negative"],
-    9: ["tests/test_evaluate.py::test_average_precision_hand_cases", "tests/test_evaluate.py::test_average_precision_matches_sklearn",
+    9: ["tests/test_evaluate.py::test_average_precision_hand_cases",
+        "tests/test_evaluate.py::test_average_precision_matches_sklearn",
         "tests/test_evaluate.py::test_query_metrics_and_stable_rerank"],
     10: ["tests/test_consert.py::test_span_keeps_one_contiguous_run_of_the_promised_length[plain]"],
     11: ["tests/test_model.py::test_safetensors_dtypes_round_trip", "tests/test_model.py::test_truncated_safetensors",
@@ -111,7 +113,8 @@ HELD_BACK = {
         "NT-Xent on views worked out by hand, and its symmetries"},
     9: {"tests/test_evaluate.py::test_average_precision_is_the_mean_precision_at_the_positives":
         "AP is the mean of the precisions at the positives",
-        "tests/test_evaluate.py::test_rerank_jsonl_by_hand": "the ranking metrics of a small re-ranking file worked out by hand"},
+        "tests/test_evaluate.py::test_rerank_jsonl_by_hand":
+        "the ranking metrics of a small re-ranking file worked out by hand"},
     10: {"tests/test_consert.py::test_span_starts_anywhere_in_the_sentence_equally_often":
          "the span may start anywhere in the sentence, each start equally often"},
     11: {"tests/test_model.py::test_safetensors_by_hand_with_the_bytes_in_another_order_than_the_header":
@@ -613,7 +616,7 @@ if [ -z "${EVAL_DATA_DIR:-}" ] && [ -d /autograder/data ]; then export EVAL_DATA
 cd "$here/repo" && python3 course/assignments.py grade EXERCISES --student "$submission" --json "$results/results.json" \
     "${as_user[@]}"
 exit 0  # the score is in results.json; a failing test is no failure of the autograder
-"""
+"""  # noqa: E501
 
 SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, to build the image the submissions are graded in.
@@ -651,7 +654,8 @@ def make_autograder(out: Path, numbers: list[int]) -> None:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n", 1)[1])
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="the exercises, their functions and tests")
@@ -694,11 +698,13 @@ def main(argv: list[str] | None = None) -> int:
         make_student(args.out, numbers, args.with_held_back)
         print(f"student copy in {args.out}: exercises {', '.join(map(str, sorted(numbers)))} blanked"
               f"{'' if args.with_held_back else ', held-back tests left out'} (students grade with: python "
-              f"course/assignments.py grade N; you, with the held-back tests: python course/assignments.py grade N --student OUT)")
+              f"course/assignments.py grade N; you, with the held-back tests: python course/assignments.py grade N "
+              f"--student OUT)")
         return 0
     if args.command == "make-autograder":
         make_autograder(args.out, sorted(args.only or TESTS))
-        print(f"autograder in {args.out}: upload it to Gradescope as it is (its setup.sh installs, run_autograder grades)")
+        print(f"autograder in {args.out}: upload it to Gradescope as it is "
+              f"(its setup.sh installs, run_autograder grades)")
         return 0
     if args.json and not args.json.resolve().parent.is_dir():
         raise SystemExit(f"error: {args.json.parent} is not a folder")

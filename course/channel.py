@@ -29,7 +29,8 @@ def encode(values: object, tensors: dict[str, torch.Tensor] | None = None) -> by
     from safetensors.torch import save
 
     text = json.dumps(values, allow_nan=True).encode("utf-8")
-    blob = save({name: t.detach().cpu().contiguous().clone() for name, t in (tensors or {}).items()}) if tensors else b""
+    blob = save({name: t.detach().cpu().contiguous().clone()
+                 for name, t in (tensors or {}).items()}) if tensors else b""
     return MAGIC + struct.pack("<Q", len(text)) + text + blob
 
 

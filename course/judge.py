@@ -124,7 +124,8 @@ def run_worker(root: Path, calls: list[tuple[str, dict, Tensors]], user: str | N
     its own, killed whole when it ends or runs out of time; read back its answers through the channel's checks. A
     worker that fails as a whole (no answer, too late, malformed) gives every call that outcome."""
     request = channel.encode({"calls": [{"probe": probe, "args": values} for probe, values, _ in calls]},
-                             {f"{i}::{name}": t for i, (_, _, tensors) in enumerate(calls) for name, t in tensors.items()})
+                             {f"{i}::{name}": t for i, (_, _, tensors) in enumerate(calls)
+                              for name, t in tensors.items()})
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tempfile.gettempdir(), "OMP_NUM_THREADS": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LANG": "C.UTF-8"}
     as_user = {}
@@ -530,7 +531,8 @@ def check_span(uniform: bool = False) -> Callable:
             keep = max(int(n * (1 - rate)), 1)
             rows = ys[:, b, :n].bool()
             if not (rows.sum(-1) == keep).all():
-                return f"it keeps {rows.sum(-1)[0].item()} of {n} real tokens: keep max(int(n * (1 - rate)), 1) = {keep}"
+                return f"it keeps {rows.sum(-1)[0].item()} of {n} real tokens: " \
+                       f"keep max(int(n * (1 - rate)), 1) = {keep}"
             first = rows.int().argmax(-1)
             span = (torch.arange(n)[None, :] >= first[:, None]) & (torch.arange(n)[None, :] < (first + keep)[:, None])
             if not torch.equal(rows, span):
@@ -613,7 +615,8 @@ def check_nt_xent(answer: Answer, inputs: tuple[dict, Tensors], expected: Answer
     elif cause is None and float(tensor(answer, "4/loss")) > float(loss):
         cause = "identical views score worse than different ones: item k's positive is its OTHER view, k + N or k - N"
     elif cause is None and float(loss) < 0.2 * float(want):
-        cause = ("the loss is far below NT-Xent's: is item k its own positive? Its positive is its OTHER view, k + N or "
+        cause = ("the loss is far below NT-Xent's: is item k its own positive? "
+                 "Its positive is its OTHER view, k + N or "
                  "k - N, and the item itself is no candidate")
     elif cause is None and not (loss > 0):
         cause = "the item itself must be left out of its candidates (its self-similarity is the largest)"
@@ -704,7 +707,8 @@ def check_safetensors(wanted: list[Tensors | None]) -> Callable:
                     return "a file cut short (or whose header length runs past its end) must be refused with an error"
                 continue
             if "raised" in got:
-                return f"a valid file was refused ({got['raised']}): check the dtypes (F32, F16, BF16, I64) and the offsets"
+                return f"a valid file was refused ({got['raised']}): " \
+                       f"check the dtypes (F32, F16, BF16, I64) and the offsets"
             if sorted(want) != got.get("names"):
                 return f"the tensors' names: {got.get('names')}, expected {sorted(want)} (__metadata__ is no tensor)"
             for name, t in want.items():
@@ -757,7 +761,8 @@ def check_decoder(answer: Answer, inputs: tuple[dict, Tensors], expected: Answer
                 f"feed-forward with ffn_norm ({gap})")
     gap = differs(tensor(answer, "train", expected.tensors["train"]), expected.tensors["train"])
     if gap:
-        return ("in training mode the dropout differs: self.dropout acts on each block's output, before the residual is "
+        return ("in training mode the dropout differs: self.dropout acts on each block's output, "
+                "before the residual is "
                 f"added, once per block in the order self-attention, cross-attention, feed-forward ({gap})")
     for name, want in expected.tensors.items():
         if name.startswith("grad/") and differs(tensor(answer, name, want), want, atol=1e-4):
@@ -859,7 +864,8 @@ def public_cases() -> list[Case]:
              view_inputs(1, 20, "token_cutoff", 0.3), check_cutoff("token")),
         Case(6, "feature cutoff: int(d * rate) whole columns per sentence", "cutoffs",
              view_inputs(2, 20, "feature_cutoff", 0.25), check_cutoff("feature")),
-        Case(7, "each sentence's real positions permuted, padding kept", "shuffle", view_inputs(1, 20), check_shuffle()),
+        Case(7, "each sentence's real positions permuted, padding kept", "shuffle", view_inputs(1, 20),
+             check_shuffle()),
         Case(8, "NT-Xent, its gradient and a sentence twice in the batch", "nt_xent", nt_xent_inputs(1), check_nt_xent,
              reference=True),
         Case(8, "NT-Xent with a zero vector among the views (a number, not NaN)", "nt_xent",
@@ -952,7 +958,8 @@ def decide(case: Case, inputs: tuple[dict, Tensors], answer: Answer, want: Answe
     try:
         problem = case.check(answer, inputs, want)
     except (ValueError, TypeError, KeyError, IndexError, RuntimeError, AttributeError) as e:
-        problem = f"its outputs are not what the exercise returns: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        problem = f"its outputs are not what the exercise returns: " \
+                  f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
     return Result(case, FAILED if problem else PASSED, problem or "")
 
 

@@ -148,7 +148,8 @@ def metrics(args: Values, t: Tensors) -> tuple[Values, Tensors]:
     import evaluate
 
     ap = [float(evaluate.average_precision(labels, scores)) for labels, scores in args.get("ap", [])]
-    queries = [{k: float(v) for k, v in evaluate.query_metrics(relevant).items()} for relevant in args.get("queries", [])]
+    queries = [{k: float(v) for k, v in evaluate.query_metrics(relevant).items()}
+               for relevant in args.get("queries", [])]
     return {"ap": ap, "queries": queries}, {}
 
 

@@ -40,5 +40,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_collectreport(report: pytest.CollectReport) -> None:
     if os.environ.get("ASSIGNMENTS_REPORT") and report.failed:
         crash = getattr(report.longrepr, "reprcrash", None)
-        text = crash.message if crash is not None else re.sub(r"^E\s+", "", str(report.longrepr).strip().splitlines()[-1])
+        text = crash.message if crash is not None else re.sub(r"^E\s+", "",
+                                                              str(report.longrepr).strip().splitlines()[-1])
         write({"test": report.nodeid, "event": "collect", "outcome": "failed", "message": text})

@@ -42,7 +42,8 @@
 # [standin.md](standin.md)) when it is there (`$MINI`, else `../shared/models/bert-mini-mlm`), else the shipped
 # all-MiniLM-L6-v2: a raw model shows the papers' problems (the collapse) and is quick. Section 5 trains TSDAE
 # from all-MiniLM-L6-v2, the README's starting point, where a short run visibly works (its decoder rebuilds each
-# sentence's topic), and section 8 fine-tunes that run. Section 7 reads the STS benchmark (`python evaluate.py --fetch-data data`, or `$EVAL_DATA_DIR`).
+# sentence's topic), and section 8 fine-tunes that run. Section 7 reads the STS benchmark (`python evaluate.py
+# --fetch-data data`, or `$EVAL_DATA_DIR`).
 
 # %%
 import json
@@ -258,8 +259,10 @@ print("damaged:", encoder.tokenizer.decode(batch["damaged_ids"][0].tolist()))
 
 layer = objective.decoder.layers[0]
 seen = {}
-hooks = [layer.self_attn.register_forward_hook(lambda m, args, kw, out: seen.update(self=(args, kw)), with_kwargs=True),
-         layer.cross_attn.register_forward_hook(lambda m, args, kw, out: seen.update(cross=(args, kw)), with_kwargs=True)]
+hooks = [layer.self_attn.register_forward_hook(lambda m, args, kw, out: seen.update(self=(args, kw)),
+                                               with_kwargs=True),
+         layer.cross_attn.register_forward_hook(lambda m, args, kw, out: seen.update(cross=(args, kw)),
+                                                with_kwargs=True)]
 with torch.no_grad():
     memory = objective.memory(batch)  # (1, 1, d): the damaged sentence's vector
     decoder_input = batch["original_ids"][:, :-1]  # (1, L-1): the original, teacher-forced
@@ -644,8 +647,9 @@ print(f"a uniform softmax over the 2N-1 candidates gives NT-Xent 2 log(2N-1) = {
 
 # %% [markdown]
 # *What you should see:* at 1 the probabilities are nearly uniform (cosines lie in [-1, 1], so exp(cos / 1) hardly
-# differs between candidates) and the loss is near that of a uniform softmax, printed below the figure; at 0.1 and 0.05 the mass concentrates
-# on the few most similar candidates. A low temperature makes the loss care about the hardest negatives.
+# differs between candidates) and the loss is near that of a uniform softmax, printed below the figure; at 0.1 and
+# 0.05 the mass concentrates on the few most similar candidates. A low temperature makes the loss care about the
+# hardest negatives.
 #
 # A few steps of ConSERT (`consert_train.main` is `python consert.py`), batches of 32 on `examples/topics.txt`,
 # the author's later advice (temperature 0.05, PyTorch's AdamW) at a higher learning rate for so few steps; then
@@ -805,7 +809,8 @@ scores = {name: evaluate.evaluate(enc, tasks) for name, enc in
           {"all-MiniLM-L6-v2": minilm, "TSDAE": trained.encoder,
            "TSDAE + fine-tuned": model.SentenceEncoder.from_pretrained(ft_run / "model")}.items()}
 for name, s in scores.items():
-    print(f"{name:<20} Spearman {s['sts:examples/topics_test.tsv']:6.2f}   AP {s['pairs:examples/topics_test.tsv']:6.2f}")
+    sts, pairs = s["sts:examples/topics_test.tsv"], s["pairs:examples/topics_test.tsv"]
+    print(f"{name:<20} Spearman {sts:6.2f}   AP {pairs:6.2f}")
 ap = {name: s["pairs:examples/topics_test.tsv"] for name, s in scores.items()}
 print(f"AP: TSDAE - all-MiniLM-L6-v2 {ap['TSDAE'] - ap['all-MiniLM-L6-v2']:+.2f}; "
       f"fine-tuned - TSDAE {ap['TSDAE + fine-tuned'] - ap['TSDAE']:+.2f} (one seed)")

@@ -109,7 +109,8 @@ TABLES = {
         metric="STS-b Spearman (the paper: validation)"),
     "consert-views": Table(
         "consert", "ConSERT §5.2", "the two views", "shuffle+feature_cutoff",
-        {f"{a}+{b}": (consert_arm(view1=a, view2=b), 72.74 if (a, b) == VIEW_PAIRS[0] else None) for a, b in VIEW_PAIRS},
+        {f"{a}+{b}": (consert_arm(view1=a, view2=b), 72.74 if (a, b) == VIEW_PAIRS[0] else None)
+         for a, b in VIEW_PAIRS},
         # the paper: the official pair is best; of single views shuffle > token cutoff > feature cutoff ~ dropout > none
         ordering={f"{a}+{b}": +1 for a, b in VIEW_PAIRS[1:]},
         metric="the average of the 7 STS tests; only the best pair's is given here"),
@@ -141,7 +142,8 @@ def make_parser() -> argparse.ArgumentParser:
 def unseen_sentences(data: Path) -> set[str]:
     """Every STS-b dev and test sentence (both releases), whitespace-normalised: none of them trains."""
     return {normalise_whitespace(s) for split in ("dev", "test")
-            for path in (data / "stsbenchmark" / f"sts-{split}.csv", data / "stsbenchmark" / "senteval" / f"sts-{split}.csv")
+            for path in (data / "stsbenchmark" / f"sts-{split}.csv",
+                         data / "stsbenchmark" / "senteval" / f"sts-{split}.csv")
             for s1, s2, _ in load_stsb(path) for s in (s1, s2)}
 
 

@@ -38,7 +38,8 @@ def make_parser(doc: str, out: str, results: str) -> cli.ArgumentParser:
     p.add_argument("--data", default=os.environ.get("EVAL_DATA_DIR") or str(ROOT / "data"),
                    help="the evaluation data folder (default: $EVAL_DATA_DIR, else data/)")
     p.add_argument("--out", default=out, help="the arms' run folders and corpora (not kept in git)")
-    p.add_argument("--results", default=results, help="the arms' scores files (kept in git), and the tables drawn from them")
+    p.add_argument("--results", default=results,
+                   help="the arms' scores files (kept in git), and the tables drawn from them")
     p.add_argument("--dry-run", action="store_true", help="print every command and the cost estimate; run nothing")
     p.add_argument("--summary", action="store_true", help="write the tables from the saved scores; run nothing")
     return p
@@ -79,7 +80,8 @@ def gather(folder: Path) -> dict:
         log = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
         steps, evals = [r for r in log if "loss" in r], [r for r in log if "eval" in r]
         losses = [r["loss"] for r in steps]
-        scores["loss"] = {"first": losses[0], "last": losses[-1], "final": statistics.mean(losses[-max(1, len(losses) // 10):]),
+        scores["loss"] = {"first": losses[0], "last": losses[-1],
+                          "final": statistics.mean(losses[-max(1, len(losses) // 10):]),
                           "steps": steps[-1]["step"]}
         if norms := [r["grad_norm"] for r in log if "grad_norm" in r]:
             scores["smallest_grad_norm"] = min(norms)

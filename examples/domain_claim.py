@@ -296,11 +296,13 @@ def text_of(found: dict, args: argparse.Namespace) -> str:
     parts = []
     for start in args.starts:
         if not any(s == start for s, _, step in found if step):
-            parts.append(f"### From the {STARTS[start]}: not run yet (python examples/domain_claim.py --starts {start})")
+            parts.append(f"### From the {STARTS[start]}: not run yet "
+                         f"(python examples/domain_claim.py --starts {start})")
             continue
         parts.append(f"### From the {STARTS[start]}")
         for metric, name in METRICS.items():
-            parts += [f"{name} x 100, mean ± sd over the seeds scored (n):", curve_table(found, start, metric, args.seeds)]
+            parts += [f"{name} x 100, mean ± sd over the seeds scored (n):",
+                      curve_table(found, start, metric, args.seeds)]
         parts += [verdict_table(found, start, args.seeds), cost_line(found, start)]
     return "\n\n".join(part for part in parts if part)
 

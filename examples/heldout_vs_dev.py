@@ -60,7 +60,8 @@ def report(run: Path) -> str:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n", 1)[1])
     p.add_argument("runs", nargs="+", type=Path, help="run folders holding log.jsonl")
     p.add_argument("--json", type=Path, metavar="OUT",

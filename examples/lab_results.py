@@ -173,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         for (arm, seed), path in files.items():
             if not path.exists():
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(gather(Path(args.out) / f"{arm}-s{seed}"), indent=2) + "\n", encoding="utf-8")
+                path.write_text(json.dumps(gather(Path(args.out) / f"{arm}-s{seed}"), indent=2) + "\n",
+                                encoding="utf-8")
     for lab in labs:
         needed, seeds = {arm for pair in LABS[lab][0] for arm in pair}, seeds_of(lab)
         absent = [f"{arm}-s{seed}" for (arm, seed), path in files.items()

@@ -3,7 +3,7 @@ nearest neighbours share its label.
 
     python examples/neighbours.py --corpus examples/topics.txt --labels examples/topics_labels.txt
     python examples/neighbours.py --model runs/tsdae-topics/model --corpus examples/topics.txt --labels examples/topics_labels.txt
-"""
+"""  # noqa: E501
 import argparse
 import json
 import sys
@@ -29,7 +29,8 @@ def label_agreement(scores: torch.Tensor, labels: list[str], k: int) -> float:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="model folder or Hub id (default: the shipped all-MiniLM-L6-v2)")
     p.add_argument("--corpus", required=True, help="sentences to search, one per line")
     p.add_argument("--labels", default=None, help="one label per corpus line (e.g. its topic): report label agreement")

@@ -1,12 +1,12 @@
 """A figure per ablation table, from the numbers examples/ablations.py wrote (docs/ablations/TABLE.json): our STS-b
-test mean with a bar from the lowest to the highest seed for each arm, the chosen arm darker, and the paper's number where it
-gives one as a red mark on its own axis (its scale is bert-base's, ours bert-mini's: compare the orderings).
+test mean with a bar from the lowest to the highest seed for each arm, the chosen arm darker, and the paper's number
+where it gives one as a red mark on its own axis (its scale is bert-base's, ours bert-mini's: compare the orderings).
 
     python examples/plot_ablations.py                       # every docs/ablations/TABLE.json -> docs/ablations/TABLE.png
     python examples/plot_ablations.py tsdae-ratio --out /tmp/figures
 
 matplotlib is optional (pip install matplotlib); without it this script says so and stops.
-"""
+"""  # noqa: E501
 from __future__ import annotations
 
 import argparse
@@ -32,7 +32,8 @@ def plot(name: str, numbers: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(1.1 * len(arms) + 2, 3.4))
     colours = ["tab:blue" if arm == numbers["chosen"] else "lightsteelblue" for arm in arms]
     ax.bar(range(len(arms)), means, yerr=[low, high], color=colours, capsize=4)
-    ax.set_xticks(range(len(arms)), arms, rotation=30 if len(arms) > 5 else 0, ha="right" if len(arms) > 5 else "center")
+    ax.set_xticks(range(len(arms)), arms, rotation=30 if len(arms) > 5 else 0,
+                  ha="right" if len(arms) > 5 else "center")
     ax.set_ylabel("ours: STS-b test x 100 (seed range)")
     ax.set_ylim(min(min(t) for t in tests) - 5, max(max(t) for t in tests) + 3)
     papers = [(i, numbers["arms"][arm]["paper"]) for i, arm in enumerate(arms) if numbers["arms"][arm]["paper"]]

@@ -119,11 +119,13 @@ def make_parser() -> argparse.ArgumentParser:
                    help="model folders or Hub ids, each with an optional display label (default: the shipped "
                         "all-MiniLM-L6-v2)")
     p.add_argument("--data-dir", type=Path, default=None,
-                   help="evaluation data, for stsbenchmark/sts-{train,dev,test}.csv (default: $EVAL_DATA_DIR, else data/)")
+                   help="evaluation data, for stsbenchmark/sts-{train,dev,test}.csv "
+                        "(default: $EVAL_DATA_DIR, else data/)")
     p.add_argument("--out", type=Path, default=Path("similarities.png"), help="the PNG to write")
     p.add_argument("--pairs", type=int, default=2000, help="random sentence pairs to draw")
     p.add_argument("--seed", type=int, default=0, help="seed of the random pairs")
-    p.add_argument("--json", type=Path, default=None, help="also write the numbers the figure is drawn from to this JSON file")
+    p.add_argument("--json", type=Path, default=None,
+                   help="also write the numbers the figure is drawn from to this JSON file")
     return p
 
 

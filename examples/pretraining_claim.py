@@ -58,7 +58,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--mlm-lr", type=float, help="MLM's pre-training learning rate (default: the sweep's choice)")
     p.add_argument("--tsdae-lr", type=float, help="TSDAE's pre-training learning rate (default: the sweep's choice)")
     p.add_argument("--lr", type=float, default=5e-5,
-                   help="fine-tuning learning rate: the top of BERT's grid (arXiv:1810.04805 §A.3), for a 4-layer model")
+                   help="fine-tuning learning rate: the top of BERT's grid (arXiv:1810.04805 §A.3), "
+                        "for a 4-layer model")
     return p
 
 
@@ -73,7 +74,8 @@ def prepare_data(data: Path, out: Path) -> tuple[Path, Path]:
     if corpus.exists() and labelled.exists():
         return corpus, labelled
     unseen = {normalise_whitespace(s) for split in ("dev", "test")
-              for path in (data / "stsbenchmark" / f"sts-{split}.csv", data / "stsbenchmark" / "senteval" / f"sts-{split}.csv")
+              for path in (data / "stsbenchmark" / f"sts-{split}.csv",
+                           data / "stsbenchmark" / "senteval" / f"sts-{split}.csv")
               for s1, s2, _ in load_stsb(path) for s in (s1, s2)}
     sentences = [s for s in sts_corpus(data) if normalise_whitespace(s) not in unseen]
     out.mkdir(parents=True, exist_ok=True)
@@ -162,7 +164,8 @@ def table(results: dict[tuple[str, str], list[dict]], seeds: list[int]) -> str:
     """Markdown: per k the three arms' STS-b test (mean ± sd over the seeds), then the per-seed test differences
     TSDAE - MLM and TSDAE - none with their verdicts on test and on dev."""
     lines = ["| labelled pairs k | none | MLM | TSDAE | TSDAE - MLM per seed (mean) | verdict (test; dev) "
-             "| TSDAE - none per seed (mean) | verdict (test; dev) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| TSDAE - none per seed (mean) | verdict (test; dev) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for k in SIZES:
         if not all(len(results.get((method, k), [])) == len(seeds) for method in PRETRAININGS):
             lines.append(f"| {k} | (not all arms done) | | | | | | |")
@@ -181,7 +184,8 @@ def table(results: dict[tuple[str, str], list[dict]], seeds: list[int]) -> str:
 def missing(results_files: dict[tuple[str, str, int], Path]) -> str:
     """The arms without a scores file, one line: each arm and its missing seeds."""
     absent: dict[str, list[str]] = {}
-    arms = sorted(results_files.items(), key=lambda item: (PRETRAININGS.index(item[0][0]), list(SIZES).index(item[0][1])))
+    arms = sorted(results_files.items(),
+                  key=lambda item: (PRETRAININGS.index(item[0][0]), list(SIZES).index(item[0][1])))
     for (_, _, seed), scores in arms:
         if not scores.exists():
             absent.setdefault(scores.name.rsplit("-s", 1)[0], []).append(str(seed))

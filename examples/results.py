@@ -63,7 +63,8 @@ def python(*args: str) -> list[str]:
 
 
 def evaluation(model: str, tasks: str, into: Path, args: argparse.Namespace, *flags: str) -> list[str]:
-    return python("evaluate.py", "--model", model, "--tasks", tasks, "--data-dir", args.data, "--json", str(into), *flags)
+    return python("evaluate.py", "--model", model, "--tasks", tasks, "--data-dir", args.data, "--json", str(into),
+                  *flags)
 
 
 def arms_of(experiment: str, args: argparse.Namespace) -> dict[str, list[tuple[str, list[str]]]]:
@@ -88,7 +89,8 @@ def arms_of(experiment: str, args: argparse.Namespace) -> dict[str, list[tuple[s
             found[t.name] += [("evaluate", evaluation(str(t / "model"), "stsb", t / "eval.json", args))]
     elif experiment == "topics":
         raw = out / "raw-minilm"
-        found[raw.name] = [("neighbours", python("examples/neighbours.py", *TOPICS, *LABELS, "--json", str(raw / "neighbours.json"))),
+        found[raw.name] = [("neighbours", python("examples/neighbours.py", *TOPICS, *LABELS,
+                                                 "--json", str(raw / "neighbours.json"))),
                            ("evaluate", evaluation(minilm, "stsb", raw / "eval.json", args))]
         for seed in SEEDS:
             t, c = out / f"tsdae-topics-s{seed}", out / f"consert-topics-s{seed}"
@@ -112,7 +114,8 @@ def arms_of(experiment: str, args: argparse.Namespace) -> dict[str, list[tuple[s
             for name, start in ((f"finetuned-tsdae-s{seed}", str(tsdae)), (f"finetuned-minilm-s{seed}", minilm)):
                 folder = out / name
                 found[name] = ([] if run.finished(folder) else [("finetune", training("finetune.py", folder, [
-                    "--pairs", "examples/topics_pairs.tsv", "--model", start, "--epochs", "3", "--seed", str(seed)]))]) \
+                    "--pairs", "examples/topics_pairs.tsv", "--model", start, "--epochs", "3",
+                    "--seed", str(seed)]))]) \
                     + [("evaluate", evaluation(str(folder / "model"), TEST_SET, folder / "eval.json", args))]
     elif experiment == "collapse":
         models = [f"{mini}:raw bert-mini", f"{out / 'consert-mini-s0' / 'best'}:ConSERT",
@@ -142,8 +145,8 @@ def arms_of(experiment: str, args: argparse.Namespace) -> dict[str, list[tuple[s
         common = ["--corpus", str(out / "sts_sentences.txt"), "--model", mini, "--eval-data", args.data]
         t, c = out / "heldout-tsdae", out / "heldout-consert"
         commands = {
-            t: ("heldout-tsdae", training("tsdae.py", t, [*common, "--steps", "400", "--lr", "1e-4", "--heldout", "1000",
-                                                          "--eval-every", "25"])),
+            t: ("heldout-tsdae", training("tsdae.py", t, [*common, "--steps", "400", "--lr", "1e-4",
+                                                          "--heldout", "1000", "--eval-every", "25"])),
             c: ("heldout-consert", training("consert.py", c, [
                 *common, "--lr", "2e-5", "--temperature", "0.05", "--optimizer", "pytorch", "--steps", "300",
                 "--heldout", "960", "--eval-every", "20", "--patience", "0"]))}
@@ -188,13 +191,15 @@ def table(experiment: str, scores: dict[str, dict]) -> str:
         for name, arm, t, d in rows:
             lines.append(f"| {name} | {mean_sd(of(arm, *d))} | {mean_sd(of(arm, *t))} |")
     elif experiment == "topics":
-        lines = ["| model | 3 nearest neighbours on their topic, % | STS-b test | decoder / contrastive loss, first -> last |",
+        lines = ["| model | 3 nearest neighbours on their topic, % | STS-b test | "
+                 "decoder / contrastive loss, first -> last |",
                  "| --- | --- | --- | --- |"]
         lines.append(f"| all-MiniLM-L6-v2 as shipped | {of('raw-minilm', 'neighbours', 'agreement')[0]:.1f} | "
                      f"{of('raw-minilm', 'eval', 'stsb')[0]:.2f} | |")
         for name, arm in (("TSDAE, 10 epochs, mean pooling", "tsdae-topics"), ("ConSERT, 20 epochs", "consert-topics")):
             first, last = of(arm, "loss", "first"), of(arm, "loss", "last")
-            lines.append(f"| {name} | {band(of(arm, 'neighbours', 'agreement'), 1)} | {band(of(arm, 'eval', 'stsb'))} | "
+            lines.append(f"| {name} | {band(of(arm, 'neighbours', 'agreement'), 1)} | "
+                         f"{band(of(arm, 'eval', 'stsb'))} | "
                          + " / ".join(f"{a:.2g} -> {b:.2g}" for a, b in zip(first, last)) + " |")
     elif experiment == "labels":
         lines = ["| model | Spearman | AP |", "| --- | --- | --- |"]
@@ -215,7 +220,8 @@ def table(experiment: str, scores: dict[str, dict]) -> str:
                      of(arm, "eval", "details", "twitterpara", "pit_ap")]
             loss = "" if arm == "raw-minilm-twitter" else \
                 " / ".join(f"{a:.2g} -> {b:.2g}" for a, b in zip(of(arm, "loss", "first"), of(arm, "loss", "last")))
-            lines.append("| " + " | ".join([name, *(band(v) if len(v) > 1 else f"{v[0]:.2f}" for v in cells), loss]) + " |")
+            lines.append("| " + " | ".join([name, *(band(v) if len(v) > 1 else f"{v[0]:.2f}" for v in cells), loss])
+                         + " |")
     elif experiment == "minilm":
         lines = ["| task | score | details |", "| --- | --- | --- |"]
         for result in (scores["minilm"]["eval"], scores["minilm"]["align"]):
@@ -288,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
                     path.write_text(json.dumps(gather(Path(args.out) / arm), indent=2) + "\n", encoding="utf-8")
         absent = [arm for arm, path in files.items() if not path.exists()]
         if absent:
-            print(f"{experiment}: no scores yet for {', '.join(absent)} (python examples/results.py {experiment} makes them)")
+            print(f"{experiment}: no scores yet for {', '.join(absent)} "
+                  f"(python examples/results.py {experiment} makes them)")
             continue
         scores = {arm: json.loads(path.read_text()) for arm, path in files.items()}
         text = table(experiment, scores)

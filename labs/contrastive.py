@@ -3,7 +3,6 @@ unsup with the contrastive stage trained by the lab's objective (a subclass of c
 from __future__ import annotations
 
 import argparse
-import textwrap
 from pathlib import Path
 
 import train
@@ -14,13 +13,16 @@ from lib import cli
 
 def make_parser(lab: str, objective_class: type[ConSERTLoss]) -> cli.ArgumentParser:
     """`python consert.py`'s flags, the views' choices those `objective_class` makes, under the lab's description
-    (its module's docstring) and what the lab accepts of them."""
-    views = ", ".join(objective_class.view_names)
-    what = textwrap.fill(f"The run of `python consert.py FLAGS` for its contrastive stage alone (--strategy unsup), "
-                         f"trained by {objective_class.__name__}: --view1 and --view2 among {views}; not with "
-                         "--micro-batch. consert.py's flags:", width=116)
-    description = f"{lab}\n{what}"
-    return consert_train.make_parser(objective_class.view_names, description)
+    (its module's docstring) and what the lab accepts of them. Where the objective cannot make the official views,
+    both views default to its first (labs/shared_dropout.py: simcse)."""
+    names = objective_class.view_names
+    what = (f"The run of `python consert.py FLAGS` for its contrastive stage alone (--strategy unsup: the NLI flags "
+            f"below are refused), trained by {objective_class.__name__}: --view1 and --view2 among {', '.join(names)}; "
+            "not with --micro-batch. consert.py's flags:")
+    p = consert_train.make_parser(names, description=f"{lab}\n\n{what}")
+    if any(view.name not in names for view in consert_train.OFFICIAL["unsup"][0].views):
+        p.set_defaults(view1=names[0], view2=names[0])
+    return p
 
 
 def parse_args(argv: list[str] | None, objective_class: type[ConSERTLoss], lab: str = "") -> argparse.Namespace:

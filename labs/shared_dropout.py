@@ -28,7 +28,7 @@ class SharedDropoutConSERTLoss(ConSERTLoss):
     view_names = ("simcse",)  # both views simcse: ConSERTLoss.__init__ (and labs/contrastive.parse_args) refuse others
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        z = self.encode(batch["input_ids"], batch["attention_mask"], self.views[0])  # (B, d): one pass, one set of masks
+        z = self.encode(batch["input_ids"], batch["attention_mask"], self.views[0])  # (B, d): one pass, one mask
         return self.cl_weight * self.contrastive(z, z, batch["sentence_keys"])
 
 
@@ -42,8 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python labs/shared_dropout.py --view1 simcse --view2 simcse FLAGS`: the run of `python consert.py` with the
-    same flags (--strategy unsup), trained by this objective."""
+    """`python labs/shared_dropout.py FLAGS`: the run of `python consert.py --view1 simcse --view2 simcse FLAGS`
+    (--strategy unsup), trained by this objective (both views simcse, the default here)."""
     return contrastive.main(argv, SharedDropoutConSERTLoss, __doc__)
 
 

@@ -22,6 +22,7 @@ import os
 import shlex
 import shutil
 import sys
+import textwrap
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -48,7 +49,14 @@ class ArgumentParser(argparse.ArgumentParser):
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """--help with each default shown once: added as "(default: X)" unless the help text already says it,
-    and left out for flags, required arguments and defaults of None."""
+    and left out for flags, required arguments and defaults of None. The description keeps its paragraphs (a lab's
+    docstring), each filled to the terminal's width, and indented lines (a diagram) as they are."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = text.strip("\n").split("\n\n")
+        return "\n\n".join(textwrap.indent(paragraph, indent) if paragraph.startswith(" ") else
+                           textwrap.fill(" ".join(paragraph.split()), width, initial_indent=indent,
+                                         subsequent_indent=indent) for paragraph in paragraphs)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -71,17 +79,21 @@ def add_run_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, out:
                    help="continue the run in OUT from its checkpoint, with the same flags; --steps may grow. A "
                         "finished run trains nothing")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in OUT")
-    p.add_argument("--seed", type=int, default=0, help="seed of the batch order, dropout, and what a method draws (TSDAE's noise, ConSERT's views, "
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the batch order, dropout, and what a method draws (TSDAE's noise, ConSERT's views, "
                         "finetune's --sample)")
     p.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...")
     p.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"],
                    help="autocast precision (for CUDA; fp16 adds a gradient scaler)")
     p.add_argument("--workers", type=int, default=None,
-                   help="DataLoader worker processes (default: 2 on CUDA, 0 on CPU, where they compete for the cores)")
-    p.add_argument("--save-every", type=int, default=1000, help="write a resumable checkpoint every N steps (0: at the end)")
+                   help="DataLoader worker processes (default: 2 on CUDA, 0 on CPU, "
+                        "where they compete for the cores)")
+    p.add_argument("--save-every", type=int, default=1000,
+                   help="write a resumable checkpoint every N steps (0: at the end)")
     if fast_path:
         p.add_argument("--plain", action="store_true", help="run the plain reading path (model.py, the method's "
-                                                            "file) instead of fast.py's faster pieces (equal with dropout off; "
+                                                            "file) instead of fast.py's faster pieces "
+                                                            "(equal with dropout off; "
                                                             "with it, other draws of its masks)")
 
 
@@ -96,7 +108,8 @@ def add_length_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, p
     """--epochs and --steps: how long a run trains (`paper`: the paper's own number of steps, said in --help)."""
     p.add_argument("--epochs", type=int, default=1, help=f"passes over {passes_over} (ignored when --steps is given)")
     p.add_argument("--steps", type=int, default=None,
-                   help=f"optimiser steps in total (default: the epochs' batches{f'; the paper: {paper}' if paper else ''})")
+                   help=f"optimiser steps in total "
+                        f"(default: the epochs' batches{f'; the paper: {paper}' if paper else ''})")
 
 
 def add_selection_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, eval_every: int, what: str) -> None:
@@ -105,7 +118,8 @@ def add_selection_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup
                                                      f"keep the best encoder in OUT/best ({what})")
     p.add_argument("--eval-task", default=None,
                    help="the dev score, a task with dev data of its own: stsb-dev; useb-askubuntu, useb-cqadupstack, "
-                        "useb-scidocs on USEB's valid split (the TSDAE paper's point, §4); your own dev file: rerank:PATH, "
+                        "useb-scidocs on USEB's valid split (the TSDAE paper's point, §4); "
+                        "your own dev file: rerank:PATH, "
                         "sts:PATH (scored pairs), pairs:PATH (0/1 pairs), see evaluate.py; "
                         "heldout-loss, heldout-uniformity: no labels needed. Test-only tasks (stsb, sickr, "
                         "useb-twitterpara, ...) are refused (default: stsb-dev with --eval-data, else heldout-loss "
@@ -268,7 +282,8 @@ def cpu_has_bf16_units(cpuinfo: str | None = None) -> bool | None:
             cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
         except OSError:
             return None
-    flags = {flag for line in cpuinfo.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+    flags = {flag for line in cpuinfo.splitlines() if line.startswith("flags")
+             for flag in line.split(":", 1)[1].split()}
     return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 

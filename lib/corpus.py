@@ -307,7 +307,8 @@ def hold_out(items: Sequence, n: int, seed: int = 0) -> tuple[Sequence, list]:
     if n <= 0:
         return items, []
     if n >= len(items):
-        raise UsageError(f"--heldout {n}: the data has {len(items)} lines; keep fewer out, so some are left to train on")
+        raise UsageError(f"--heldout {n}: the data has {len(items)} lines; "
+                         f"keep fewer out, so some are left to train on")
     is_out = np.zeros(len(items), dtype=bool)
     is_out[np.random.default_rng(seed).choice(len(items), size=n, replace=False)] = True
     kept_out = [items[i] for i in np.flatnonzero(is_out).tolist()]

@@ -156,7 +156,8 @@ def load_askubuntu_queries(path: Path) -> list[tuple[str, set[str], list[str]]]:
             raise DataFormatError(f"{path}:{number}: {len(candidates)} candidates but {len(bm25)} BM25 scores")
         if similar.split() and not set(similar.split()) & set(candidates):
             raise DataFormatError(f"{path}:{number}: none of the similar questions is among the candidates")
-        bm25_order = [candidates[i] for i in sorted(range(len(bm25)), key=lambda i: -bm25[i])]  # the files are already so
+        bm25_order = [candidates[i]
+                      for i in sorted(range(len(bm25)), key=lambda i: -bm25[i])]  # the files are already so
         if similar.split():
             queries.append((qid, set(similar.split()), bm25_order))
     return queries

@@ -135,7 +135,8 @@ class RunFolder:
         if not self.writes:
             return
         with self.writing(self.out / name):
-            self.encoder.save_pretrained(self.out / name, card=self.settings.card(state) if self.settings.card else None)
+            self.encoder.save_pretrained(self.out / name,
+                                         card=self.settings.card(state) if self.settings.card else None)
             if name == "model" and self.settings.save_with_model:
                 self.settings.save_with_model(self.out)
 

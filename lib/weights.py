@@ -131,23 +131,28 @@ class Architecture:
     fused: str | None = None  # ModernBERT: Q, K and V stored as one matrix of 3d rows under this name
 
 
-BERT_HEAD = [("mlm_head.dense.", "cls.predictions.transform.dense."), ("mlm_head.norm.", "cls.predictions.transform.LayerNorm."),
-             ("mlm_head.bias", "cls.predictions.bias")]
+BERT_HEAD = [("mlm_head.dense.", "cls.predictions.transform.dense."),
+             ("mlm_head.norm.", "cls.predictions.transform.LayerNorm."), ("mlm_head.bias", "cls.predictions.bias")]
 ROBERTA_HEAD = [("mlm_head.dense.", "lm_head.dense."), ("mlm_head.norm.", "lm_head.layer_norm."),
                 ("mlm_head.bias", "lm_head.bias")]
 ARCHITECTURES = {arch.model_type: arch for arch in [
-    Architecture("bert", "BertModel", "BertTokenizer", "bert.", BERT_NAMES, BERT_HEAD, tied=("cls.predictions.decoder.",)),
+    Architecture("bert", "BertModel", "BertTokenizer", "bert.", BERT_NAMES, BERT_HEAD,
+                 tied=("cls.predictions.decoder.",)),
     # RoBERTa: position ids count from pad_token_id + 1, and padding keeps pad_token_id (Embeddings.position_ids)
-    Architecture("roberta", "RobertaModel", "RobertaTokenizer", "roberta.", BERT_NAMES, ROBERTA_HEAD, tied=("lm_head.decoder.",)),
-    Architecture("xlm-roberta", "XLMRobertaModel", "XLMRobertaTokenizer", "roberta.", BERT_NAMES, ROBERTA_HEAD, tied=("lm_head.decoder.",)),
+    Architecture("roberta", "RobertaModel", "RobertaTokenizer", "roberta.", BERT_NAMES, ROBERTA_HEAD,
+                 tied=("lm_head.decoder.",)),
+    Architecture("xlm-roberta", "XLMRobertaModel", "XLMRobertaTokenizer", "roberta.", BERT_NAMES, ROBERTA_HEAD,
+                 tied=("lm_head.decoder.",)),
     # DistilBERT: no token-type embeddings, no dropout after attention, names and config keys of its own
     Architecture("distilbert", "DistilBertModel", "DistilBertTokenizer", "distilbert.", [
-        ("embeddings.word.", "embeddings.word_embeddings."), ("embeddings.position.", "embeddings.position_embeddings."),
-        ("embeddings.norm.", "embeddings.LayerNorm."), (".attn.q.", ".attention.q_lin."), (".attn.k.", ".attention.k_lin."),
-        (".attn.v.", ".attention.v_lin."), (".attn.out.", ".attention.out_lin."), (".attn_norm.", ".sa_layer_norm."),
+        ("embeddings.word.", "embeddings.word_embeddings."),
+        ("embeddings.position.", "embeddings.position_embeddings."), ("embeddings.norm.", "embeddings.LayerNorm."),
+        (".attn.q.", ".attention.q_lin."), (".attn.k.", ".attention.k_lin."), (".attn.v.", ".attention.v_lin."),
+        (".attn.out.", ".attention.out_lin."), (".attn_norm.", ".sa_layer_norm."),
         (".ffn.up.", ".ffn.lin1."), (".ffn.down.", ".ffn.lin2."), (".ffn_norm.", ".output_layer_norm."),
         ("layers.", "transformer.layer."),
-    ], [("mlm_head.dense.", "vocab_transform."), ("mlm_head.norm.", "vocab_layer_norm."), ("mlm_head.bias", "vocab_projector.bias")],
+    ], [("mlm_head.dense.", "vocab_transform."), ("mlm_head.norm.", "vocab_layer_norm."),
+        ("mlm_head.bias", "vocab_projector.bias")],
         tied=("vocab_projector.weight",),
         config_keys={"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
                      "intermediate_size": "hidden_dim", "hidden_dropout_prob": "dropout",
@@ -155,8 +160,10 @@ ARCHITECTURES = {arch.model_type: arch for arch in [
         fixed={"type_vocab_size": 0, "layer_norm_eps": 1e-12, "attention_output_dropout": False}),
     # ELECTRA: embeddings of embedding_size, projected to hidden_size; a discriminator has no masked-LM head
     # (a generator's predicts from embedding_size)
-    Architecture("electra", "ElectraModel", "ElectraTokenizer", "electra.", [("embeddings.project.", "embeddings_project."), *BERT_NAMES],
-                 [("mlm_head.dense.", "generator_predictions.dense."), ("mlm_head.norm.", "generator_predictions.LayerNorm."),
+    Architecture("electra", "ElectraModel", "ElectraTokenizer", "electra.",
+                 [("embeddings.project.", "embeddings_project."), *BERT_NAMES],
+                 [("mlm_head.dense.", "generator_predictions.dense."),
+                  ("mlm_head.norm.", "generator_predictions.LayerNorm."),
                   ("mlm_head.bias", "generator_lm_head.bias")], tied=("generator_lm_head.weight",)),
     # MPNet: RoBERTa's positions, counted from padding id 1 whatever pad_token_id says (transformers' MPNetEmbeddings
     # fixes it, for positions and the word vectors alike), no token types, one relative position bias table for all
@@ -166,13 +173,14 @@ ARCHITECTURES = {arch.model_type: arch for arch in [
         (".attn.out.", ".attention.attn.o."), (".attn_norm.", ".attention.LayerNorm."),
         ("relative_bias.table.", "encoder.relative_attention_bias."),
         *[(ours, theirs) for ours, theirs in BERT_NAMES if not ours.startswith((".attn.", ".attn_norm."))],
-    ], ROBERTA_HEAD, tied=("lm_head.decoder.",), fixed={"type_vocab_size": 0, "position_offset": 2, "embedding_pad_id": 1}),
+    ], ROBERTA_HEAD, tied=("lm_head.decoder.",),
+        fixed={"type_vocab_size": 0, "position_offset": 2, "embedding_pad_id": 1}),
     # ModernBERT: pre-LayerNorm blocks, GeGLU, no biases, rotary positions, local layers (model.BertConfig), Q, K and
     # V in one matrix `Wqkv`; its masked-LM head `head` + `decoder`
     Architecture("modernbert", "ModernBertModel", "PreTrainedTokenizerFast", "model.", [
-        ("embeddings.word.", "embeddings.tok_embeddings."), (".attn.q.", ".attn.Wqkv.q."), (".attn.k.", ".attn.Wqkv.k."),
-        (".attn.v.", ".attn.Wqkv.v."), (".attn.out.", ".attn.Wo."), (".ffn.up.", ".mlp.Wi."), (".ffn.down.", ".mlp.Wo."),
-        (".ffn_norm.", ".mlp_norm."),
+        ("embeddings.word.", "embeddings.tok_embeddings."), (".attn.q.", ".attn.Wqkv.q."),
+        (".attn.k.", ".attn.Wqkv.k."), (".attn.v.", ".attn.Wqkv.v."), (".attn.out.", ".attn.Wo."),
+        (".ffn.up.", ".mlp.Wi."), (".ffn.down.", ".mlp.Wo."), (".ffn_norm.", ".mlp_norm."),
     ], [("mlm_head.dense.", "head.dense."), ("mlm_head.norm.", "head.norm."), ("mlm_head.bias", "decoder.bias")],
         tied=("decoder.weight",), fused=".attn.Wqkv.",
         config_keys={"layer_norm_eps": "norm_eps", "hidden_act": "hidden_activation"},
@@ -275,7 +283,8 @@ def read_tensors(folder: Path) -> dict[str, torch.Tensor]:
             # weights_only: a checkpoint from someone else can hold tensors and numbers, never code to run
             state = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
         except Exception as e:  # torch raises many types for a damaged file
-            raise ModelLoadError(f"{folder / 'pytorch_model.bin'} is truncated or corrupt ({type(e).__name__})") from None
+            raise ModelLoadError(f"{folder / 'pytorch_model.bin'} is truncated or corrupt "
+                                 f"({type(e).__name__})") from None
     else:
         raise ModelLoadError(f"no model.safetensors or pytorch_model.bin in {folder}")
     return state
@@ -345,7 +354,8 @@ def tokenizer_pad_id(folder: Path, path: Path, model_type: str) -> int:
         token = token.get("content") if isinstance(token, dict) else token
         if isinstance(token, str) and tokenizer.token_to_id(token) is not None:
             return tokenizer.token_to_id(token)
-    found = [i for i, t in sorted(tokenizer.get_added_tokens_decoder().items()) if t.special and "pad" in t.content.lower()]
+    found = [i for i, t in sorted(tokenizer.get_added_tokens_decoder().items())
+             if t.special and "pad" in t.content.lower()]
     if not found:  # transformers' tokenizer cannot pad a batch either ("the tokenizer does not have a padding token")
         raise ModelLoadError(f"{path}: pad_token_id is null and the tokenizer has no pad token; set pad_token_id")
     return found[0]
@@ -364,13 +374,15 @@ def modernbert_config(raw: dict, path: Path) -> dict:
     global_attn_every_n_layers); one line for what model.py's ModernBERT does not do."""
     dropouts = {k: raw.get(k, 0.0) for k in ("embedding_dropout", "attention_dropout", "mlp_dropout")}
     if any(dropouts.values()):
-        raise ModelLoadError(f"{path}: ModernBERT with dropout ({dropouts}) is not supported; its published checkpoints use none")
+        raise ModelLoadError(f"{path}: ModernBERT with dropout ({dropouts}) is not supported; "
+                             f"its published checkpoints use none")
     biases = [k for k in ("attention_bias", "mlp_bias", "norm_bias", "classifier_bias") if raw.get(k)]
     if biases or not raw.get("decoder_bias", True):
         raise ModelLoadError(f"{path}: ModernBERT with {', '.join(biases) or 'decoder_bias false'} is not supported; "
                              f"model.py's has no biases but the masked-LM decoder's")
     if raw.get("classifier_activation", "gelu") != "gelu":
-        raise ModelLoadError(f"{path}: classifier_activation '{raw['classifier_activation']}' is not supported; use 'gelu'")
+        raise ModelLoadError(f"{path}: classifier_activation '{raw['classifier_activation']}' is not supported; "
+                             f"use 'gelu'")
     rope = raw.get("rope_parameters") or {}
     first_release = {"full_attention": raw.get("global_rope_theta", 160_000.0),
                      "sliding_attention": raw.get("local_rope_theta", 10_000.0)}
@@ -392,8 +404,8 @@ def hf_config(values: dict, base: dict | None = None) -> dict:
     source folder's config.json) keeps what ours does not know (bos/eos ids, ...)."""
     arch = ARCHITECTURES[values["model_type"]]
     ours = {arch.config_keys.get(k, k): v for k, v in values.items()
-            if k not in arch.fixed and k not in ("model_type", "position_offset", "attention_output_dropout", "norm_first",
-                                                 "gated_ffn", "bias")}
+            if k not in arch.fixed and k not in ("model_type", "position_offset", "attention_output_dropout",
+                                                 "norm_first", "gated_ffn", "bias")}
     for key in ("relative_attention_num_buckets", "global_rope_theta", "local_rope_theta", "local_attention",
                 "global_attn_every_n_layers"):  # another family's: not stated
         if ours.get(key) is None:
@@ -611,7 +623,8 @@ def resolve_model(name: str | Path) -> Path:
         raise ModelLoadError(f"model folder {name} does not exist") from None
     except Exception as e:  # offline without a cached copy, unknown id, no network, ...
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelLoadError(f"{name} is neither a local folder nor a model the Hugging Face Hub could give ({reason})") from None
+        raise ModelLoadError(f"{name} is neither a local folder nor a model the Hugging Face Hub could give "
+                             f"({reason})") from None
     return folder
 
 

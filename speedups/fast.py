@@ -24,8 +24,9 @@ never restated here: each class below replaces the pieces the table names and in
 
 Every class has the plain one's parameters under the same names (a checkpoint loads either way) and, built from
 the same seed, the same initial values. tests/test_fast.py shows that each gives the numbers of the plain piece it
-replaces, on the real MiniLM weights (FusedAttention: tests/test_model.py, and tests/test_cuda.py on a GPU); bench/ab.py measures what each one buys (figures in bench/README.md). One
-speed-up stays in the plain code as an argument of a PyTorch call: the fused AdamW kernel (train.make_optimizer).
+replaces, on the real MiniLM weights (FusedAttention: tests/test_model.py, and tests/test_cuda.py on a GPU); bench/ab.py
+measures what each one buys (figures in bench/README.md). One speed-up stays in the plain code as an argument of a
+PyTorch call: the fused AdamW kernel (train.make_optimizer).
 """
 from __future__ import annotations
 
@@ -213,13 +214,14 @@ class PackedDecoder(tsdae.TSDAEDecoder):
 
     def neg_log_likelihood(self, states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         head, E = self.lm_head, self.embeddings.word.weight
-        return VocabularyCrossEntropy.apply(head.transform(states), E, head.bias, labels, lambda: self.gradient_memory(E))
+        return VocabularyCrossEntropy.apply(head.transform(states), E, head.bias, labels,
+                                            lambda: self.gradient_memory(E))
 
     def gradient_memory(self, E: torch.Tensor) -> torch.Tensor | None:
         """Where E's gradient (V x d floats: 47 MB for all-MiniLM-L6-v2, 94 MB for bert-base) is written when E.grad
-        is None, on CPU: memory kept from step to step. A fresh tensor that large costs page faults every step (freed memory that large goes back to the system);
-        here the memory stays (a numpy array) and each step gets a new tensor over it (torch.from_numpy). A
-        reference to an old E.grad kept across steps would see the new gradient."""
+        is None, on CPU: memory kept from step to step. A fresh tensor that large costs page faults every step (freed
+        memory that large goes back to the system); here the memory stays (a numpy array) and each step gets a new
+        tensor over it (torch.from_numpy). A reference to an old E.grad kept across steps would see the new gradient."""
         if E.device.type != "cpu" or E.dtype != torch.float32:
             return None
         if self.kept is None or self.kept.shape != tuple(E.shape):

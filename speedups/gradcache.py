@@ -16,8 +16,8 @@ and the gradient that of a loss nobody computed (the bug of sentence-transformer
 
 CachedVectors is an autograd Function whose backward runs step 3, as torch.utils.checkpoint recomputes a
 segment, so the training loop's loss.backward() is unchanged. ChunkedConSERTLoss and ChunkedSupervisedConSERTLoss
-(commands/consert_train.py builds them for --micro-batch) are consert.ConSERTLoss and consert.SupervisedConSERTLoss, the same
-forward, whose encoder passes (CachedPasses) go through it. The adversarial view is refused: its perturbation is a
+(commands/consert_train.py builds them for --micro-batch) are consert.ConSERTLoss and consert.SupervisedConSERTLoss, the
+same forward, whose encoder passes (CachedPasses) go through it. The adversarial view is refused: its perturbation is a
 gradient through the whole batch's loss inside the forward pass. ChunkedSupervisedLoss does the same for
 finetune.SupervisedLoss: in-batch negatives and CoSENT also compare every row of a batch with every other.
 """

@@ -69,7 +69,8 @@ def put_stand_ins(monkeypatch: pytest.MonkeyPatch, graded: set[int]) -> None:
     from course import assignments
     from stand_ins import STAND_INS
 
-    ours = [m for m in list(sys.modules.values()) if (file := str(getattr(m, "__file__", None) or "")).startswith(str(ROOT))
+    ours = [m for m in list(sys.modules.values())
+            if (file := str(getattr(m, "__file__", None) or "")).startswith(str(ROOT))
             and "site-packages" not in file]
     for number, pieces in STAND_INS.items():
         for module_name, attribute, stand_in in pieces:
@@ -112,7 +113,8 @@ def minilm_path() -> str:
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     if not (DATA_DIR / "stsbenchmark").is_dir():
-        pytest.fail(f"evaluation data not found at {DATA_DIR}; set EVAL_DATA_DIR, or run python evaluate.py --fetch-data data")
+        pytest.fail(f"evaluation data not found at {DATA_DIR}; set EVAL_DATA_DIR, "
+                    f"or run python evaluate.py --fetch-data data")
     return DATA_DIR
 
 
@@ -138,7 +140,8 @@ def tiny_model_dir(tmp_path_factory, minilm_path) -> Path:
                      max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("tiny") / "model"
-    SentenceEncoder(Bert(cfg), weights.load_tokenizer(Path(minilm_path)), "cls", 64, source=Path(minilm_path)).save_pretrained(folder)
+    SentenceEncoder(Bert(cfg), weights.load_tokenizer(Path(minilm_path)), "cls", 64,
+                    source=Path(minilm_path)).save_pretrained(folder)
     return folder
 
 
@@ -169,7 +172,8 @@ def on_path(request):
         if request.param == "plain":
             return encoder
         with torch.random.fork_rng():  # loading draws initial weights: the test's random state stays as it was
-            quick = SentenceEncoder.from_pretrained(encoder.source, encoder.pooling, encoder.max_length, fast.PackedBert)
+            quick = SentenceEncoder.from_pretrained(encoder.source, encoder.pooling, encoder.max_length,
+                                                    fast.PackedBert)
         for plain, packed in zip(encoder.bert.modules(), quick.bert.modules()):  # the same dropout rates (ConSERT's
             if isinstance(plain, torch.nn.Dropout):  # switch_off_dropout sets some to 0)
                 packed.p = plain.p
@@ -212,8 +216,10 @@ QUICK = {
     "test_fast.py": ["test_vocabulary_cross_entropy_equals_the_plain_formula",
                      "test_sentence_vector_attention_equals_general_attention_over_one_key",
                      "test_word_matrix_gradient_is_summed_without_vocabulary_sized_temporaries"],
-    "test_consert.py": ["test_nt_xent_equals_a_double_loop", "test_nt_xent_is_one_matrix_product_with_no_loop_over_the_items",
-                        "test_nt_xent_backpropagates_the_double_loops_gradient_to_both_views", "test_a_copy_of_a_sentence_in_the_batch_is_not_its_negative",
+    "test_consert.py": ["test_nt_xent_equals_a_double_loop",
+                        "test_nt_xent_is_one_matrix_product_with_no_loop_over_the_items",
+                        "test_nt_xent_backpropagates_the_double_loops_gradient_to_both_views",
+                        "test_a_copy_of_a_sentence_in_the_batch_is_not_its_negative",
                         "test_token_cutoff_zeroes_int_n_rate_real_token_rows_and_nothing_else",
                         "test_feature_cutoff_zeroes_int_d_rate_whole_columns_and_nothing_else",
                         "test_each_strategy_gets_the_official_scripts_settings",

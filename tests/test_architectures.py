@@ -69,7 +69,8 @@ def family_tokenizer(kind: str, minilm_path: str, folder: Path) -> int:
         trainer.train_from_iterator(corpus, vocab_size=300, min_frequency=1,
                                     special_tokens=["[CLS]", "[PAD]", "[SEP]", "[UNK]", "[MASK]"])
         raw = trainer._tokenizer
-        raw.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 0), ("[SEP]", 2)])
+        raw.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]",
+                                                           special_tokens=[("[CLS]", 0), ("[SEP]", 2)])
         wrapped = transformers.PreTrainedTokenizerFast(tokenizer_object=raw, cls_token="[CLS]", sep_token="[SEP]",
                                                        pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]")
     elif kind == "roberta":  # byte-level BPE, as roberta-base
@@ -85,7 +86,8 @@ def family_tokenizer(kind: str, minilm_path: str, folder: Path) -> int:
         trainer.train_from_iterator(corpus, vocab_size=200, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
                                     unk_token="<unk>")
         raw = trainer._tokenizer
-        raw.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+        raw.post_processor = processors.TemplateProcessing(single="<s> $A </s>",
+                                                           special_tokens=[("<s>", 0), ("</s>", 2)])
         wrapped = transformers.XLMRobertaTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="</s>",
                                                        pad_token="<pad>", unk_token="<unk>", mask_token="<mask>")
     else:  # WordPiece (BERT's uncased vocabulary, MiniLM's)
@@ -288,7 +290,8 @@ def test_both_methods_train_and_save_in_the_familys_own_layout(kind, checkpoints
     assert AutoConfig.from_pretrained(tuned).model_type == kind
     scores = evaluate.evaluate(SentenceEncoder.from_pretrained(tuned), f"sts:{test}")
     vectors = SentenceTransformer(str(tuned), device="cpu").encode(SENTENCES, convert_to_tensor=True)
-    cosines = F.cosine_similarity(vectors, vectors.roll(-1, 0)).tolist()  # sentence i with i + 1, the last with the first
+    cosines = F.cosine_similarity(vectors, vectors.roll(-1, 0)).tolist()  # sentence i with i + 1,
+    # the last with the first
     gold = [i % 3 for i in range(len(SENTENCES))]
     assert scores[f"sts:{test}"] == pytest.approx(100 * spearmanr(cosines, gold).statistic, abs=1e-3)
 
@@ -456,7 +459,7 @@ def test_modernbert_local_layers_see_a_window_only(checkpoints):
     """Layer 1 is local (global_attn_every_n_layers 2), with a window of local_attention // 2 = 2 positions each side;
     layers 0 and 2 are global, and no layer adds position vectors (rotary): transformers agrees (above) only if so."""
     bert = load_bert(checkpoints["modernbert"])
-    assert [layer.attn.window for layer in bert.layers] == [None, 2, None]
+    assert [layer.attn.rotary.window for layer in bert.layers] == [None, 2, None]
     assert bert.embeddings.position is None and bert.final_norm is not None
     assert isinstance(bert.layers[0].attn_norm, torch.nn.Identity)
     assert all(type(layer) is model.PreNormEncoderLayer for layer in bert.layers)  # model.py's section 8

@@ -1,5 +1,5 @@
 """course/assignments.py: each exercise is marked in the code, its student copy is blanked, and its grading tests fail on
-the student copy and pass on this solution; the held-back tests stay out of the copy and grade --student runs them."""
+the student copy and pass on this solution; the held-back tests stay out of the copy and grade --student runs them."""  # noqa: E501
 import ast
 import json
 import os
@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def pytest_run(repo: Path, tests: list[str], *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, *extra], cwd=repo,
-                          capture_output=True, text=True, timeout=900, env={**os.environ, "EVAL_DATA_DIR": str(DATA_DIR)})
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "EVAL_DATA_DIR": str(DATA_DIR)})
 
 
 def test_every_exercise_is_marked_once_and_has_tests():
@@ -60,8 +61,9 @@ HELD_BACK = [test for tests in assignments.HELD_BACK.values() for test in tests]
 
 
 def assignments_command(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "course" / "assignments.py"), *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900, env={**os.environ, "EVAL_DATA_DIR": str(DATA_DIR)})
+    return subprocess.run([sys.executable, str(ROOT / "course" / "assignments.py"), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "EVAL_DATA_DIR": str(DATA_DIR)})
 
 
 def test_the_student_copy_leaves_the_held_back_tests_out_and_its_public_tests_collect(tmp_path):
@@ -198,7 +200,8 @@ def test_the_four_mistakes_score_0_with_a_message_naming_each(tmp_path):
         results = list(pool.map(lambda args: assignments_command(*args), runs))
     assert [r.returncode for r in results] == [1, 1], [r.stdout[-3000:] for r in results]
     three, loop_results = visible_results(tmp_path / "three.json"), visible_results(tmp_path / "loop.json")
-    named = {3: (three, "an empty sentence must stay empty"), 4: (three, "the causal mask as it is (True where t' <= t), not inverted"),
+    named = {3: (three, "an empty sentence must stay empty"),
+             4: (three, "the causal mask as it is (True where t' <= t), not inverted"),
              8: (three, "no gradient: the loss is cut from z1 and z2"), "8, loop": (loop_results, "a Python loop")}
     for key, (entries, cause) in named.items():
         entry = entries[int(str(key)[0])]
@@ -262,7 +265,8 @@ def test_the_marker_rule_is_the_same_for_the_students_check_and_for_grading():
     """A blank line between a marker and its def: the student copy blanks that function, grading splices it, the
     student's own `grade` checks it, all by one rule (marker_lines); a marker above no def stops `grade` in one
     line, as it would make grading miss the function."""
-    source = "import random\n\n\n# Exercise 3 (ASSIGNMENTS.md)\n\ndef f(words):\n    \"\"\"Doc.\"\"\"\n    return words\n"
+    source = "import random\n\n\n# Exercise 3 (ASSIGNMENTS.md)\n\n" \
+             "def f(words):\n    \"\"\"Doc.\"\"\"\n    return words\n"
     assert assignments.marked_spans(source) == {(3, "f"): (6, 8)}
     assert "raise NotImplementedError('Exercise 3: see ASSIGNMENTS.md')" in assignments.blank(source, {3})
     theirs = source.replace("return words", "return words[:1]")
@@ -307,7 +311,8 @@ def test_grade_student_runs_the_held_back_cases_and_writes_gradescope_results(tm
     tsdae_py = tmp_path / "shuffles" / "tsdae.py"
     solution_line = "    return kept if kept or not words else [rng.choice(words)]\n"
     assert solution_line in tsdae_py.read_text(encoding="utf-8")
-    count = ("    gone = set(rng.sample(range(len(words)), int(ratio * len(words) + rng.random())))  # E[count] = ratio n\n"
+    count = ("    gone = set(rng.sample(range(len(words)), int(ratio * len(words) + rng.random())))"
+             "  # E[count] = ratio n\n"
              "    kept = [w for i, w in enumerate(words) if i not in gone]\n")
     tsdae_py.write_text(tsdae_py.read_text(encoding="utf-8").replace(solution_line, count + solution_line),
                         encoding="utf-8")
@@ -331,7 +336,8 @@ def test_grade_student_runs_the_held_back_cases_and_writes_gradescope_results(tm
     three, nine = [t for t in shuffles["tests"] if t["visibility"] == "visible"]
     assert (three["name"], three["score"], three["max_score"]) == ("Exercise 3: delete_words", 0, 1)
     assert three["output"].startswith("held-back case failed: at a high ratio, each word deleted on its own"), three
-    later = [t for t in shuffles["tests"] if t["visibility"] == "after_published" and t["name"].startswith("Exercise 3")]
+    later = [t for t in shuffles["tests"]
+             if t["visibility"] == "after_published" and t["name"].startswith("Exercise 3")]
     assert [t["output"] for t in later] == ["failed", "failed"], later
     assert (nine["score"], nine["max_score"], shuffles["score"]) == (0, 1, 0)
     assert "not written yet: your function raised NotImplementedError: Exercise 9: see ASSIGNMENTS.md" in nine["output"]
@@ -365,8 +371,10 @@ def test_a_hung_function_times_out_and_scores_0(tmp_path):
     judge's limit (here --timeout 20), exercise 3 scores 0, "timed out after 20 s". A judge without a limit would
     hang: stopped after 600 s, that fails."""
     student = submission(tmp_path / "loops", {"tsdae.py": [(
-        "    kept = [w for w in words if rng.random() >= ratio]\n    return kept if kept or not words else [rng.choice(words)]\n",
-        "    while True:  # redraw until something survives\n        kept = [w for w in words if rng.random() >= ratio]\n"
+        "    kept = [w for w in words if rng.random() >= ratio]\n"
+        "    return kept if kept or not words else [rng.choice(words)]\n",
+        "    while True:  # redraw until something survives\n"
+        "        kept = [w for w in words if rng.random() >= ratio]\n"
         "        if kept or not words:\n            return kept\n")]})
     process = subprocess.Popen([sys.executable, str(ROOT / "course" / "assignments.py"), "grade", "3", "--student",
                                 str(student), "--json", str(tmp_path / "r.json"), "--timeout", "20"], cwd=ROOT,
@@ -466,9 +474,10 @@ def test_attacks_on_the_grader_score_0_and_are_named(tmp_path):
     that outlives the call (left a process running); 1: torch.allclose patched to agree, q returned (failed)."""
     student = tmp_path / "attacks"
     assignments.make_student(student, set(assignments.TESTS))
-    attacks = {"evaluate.py": [(9, FORGE_AND_EXIT)], "tsdae.py": [(3, PYTEST_HOOK)], "consert.py": [(10, LEAK), (7, HUGE),
-               (6, MALFORMED)], "model.py": [(2, FORK), (1, "    import torch\n    torch.allclose = lambda *a, **k: True\n"
-                                                          "    return q\n")]}
+    attacks = {"evaluate.py": [(9, FORGE_AND_EXIT)], "tsdae.py": [(3, PYTEST_HOOK)],
+               "consert.py": [(10, LEAK), (7, HUGE), (6, MALFORMED)],
+               "model.py": [(2, FORK), (1, "    import torch\n    torch.allclose = lambda *a, **k: True\n"
+                                           "    return q\n")]}
     for name, bodies in attacks.items():
         text = (student / name).read_text(encoding="utf-8")
         for number, body in bodies:
@@ -495,8 +504,8 @@ def test_a_submission_with_3_4_and_8_right_scores_exactly_those_three_in_the_zip
     """make-autograder's zip, unpacked into an empty folder with a submission beside it, run by run_autograder alone:
     a submission whose exercises 3, 4 and 8 are written (the reference's) and every other blank scores exactly 3,
     those three at 1 point each, in Gradescope's layout. Its exercise 10 searches the grader's folders and those of
-    the processes above it for a written exercise it did not write (1, 2, 7, 11) to print: it finds none. No line of a reference body is in the
-    zip, or in what the run prints."""
+    the processes above it for a written exercise it did not write (1, 2, 7, 11) to print: it finds none. No line of a
+    reference body is in the zip, or in what the run prints."""
     zip_path = tmp_path / "autograder.zip"
     made = assignments_command("make-autograder", str(zip_path))
     assert made.returncode == 0, made.stderr[-2000:]
@@ -525,8 +534,9 @@ def test_a_submission_with_3_4_and_8_right_scores_exactly_those_three_in_the_zip
 
     user = pwd.getpwuid(os.getuid()).pw_name  # this machine's Python is its owner's alone: no other user can run it
     result = subprocess.run(["bash", str(unpacked / "run_autograder")], capture_output=True, text=True, timeout=3600,
-                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "EVAL_DATA_DIR": str(DATA_DIR),
-                                 "SUBMISSION": str(student), "RESULTS": str(tmp_path / "results"),
+                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                                 "EVAL_DATA_DIR": str(DATA_DIR), "SUBMISSION": str(student),
+                                 "RESULTS": str(tmp_path / "results"),
                                  "AUTOGRADER_USER": user})
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     output = result.stdout + result.stderr + (tmp_path / "results" / "results.json").read_text()
@@ -619,7 +629,8 @@ def test_no_line_of_a_reference_body_is_in_the_student_copy(tmp_path):
 PLANTED = [
     (1, "model", "attention", "/ math.sqrt(q.size(-1))", "", "not divided by sqrt(d_head)"),
     (1, "model", "attention", "    elif mask is not None:\n        scores = scores + mask",
-     "    elif mask is not None:\n        scores = scores.masked_fill(~mask.bool(), float('-inf'))", "turned into a boolean"),
+     "    elif mask is not None:\n        scores = scores.masked_fill(~mask.bool(), float('-inf'))",
+     "turned into a boolean"),
     (1, "model", "attention", "scores.masked_fill(~mask,", "scores.masked_fill(mask,", "the mask inverted"),
     (1, "model", "attention", "    if mask is not None and mask.dtype == torch.bool:", "    if False:",
      "boolean mask added to the scores as numbers"),
@@ -627,14 +638,16 @@ PLANTED = [
     (1, "model", "attention", "scores = q @ k.transpose(-2, -1)", "scores = k @ q.transpose(-2, -1)",
      "queries and keys swapped"),
     (1, "model", "attention", "    if dropout_p > 0:\n        probs = F.dropout(probs, dropout_p)\n", "", "no dropout"),
-    (1, "model", "attention", "    scores = q @ k", "    return F.scaled_dot_product_attention(q, k, v, mask, dropout_p)\n"
-                                                     "    scores = q @ k", "fused kernel"),
+    (1, "model", "attention", "    scores = q @ k",
+     "    return F.scaled_dot_product_attention(q, k, v, mask, dropout_p)\n"
+     "    scores = q @ k", "fused kernel"),
     (2, "model", "pool", "(hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)", "hidden.mean(1)",
      "padding counts in the mean"),
     (2, "model", "pool", "hidden.masked_fill(m == 0, torch.finfo(hidden.dtype).min).amax(1)", "hidden.amax(1)",
      "padding can win the max"),
     (2, "model", "pool", "return hidden[:, 0]", "return hidden[:, -1]", "FIRST token"),
-    (3, "tsdae", "delete_words", "kept if kept or not words else", "kept if kept else", "empty sentence must stay empty"),
+    (3, "tsdae", "delete_words", "kept if kept or not words else", "kept if kept else",
+     "empty sentence must stay empty"),
     (3, "tsdae", "delete_words", "rng.random() >= ratio", "rng.random() < ratio", "deletes"),
     (3, "tsdae", "delete_words", "[rng.choice(words)]", "[words[0]]", "drawn at random"),
     (3, "tsdae", "delete_words", "    kept = [w for w in words if rng.random() >= ratio]\n",
@@ -658,7 +671,8 @@ PLANTED = [
     (6, "consert", "token_cutoff", "x.masked_fill(cut[:, :, None], 0.0)",
      "x.masked_fill(torch.rand_like(x) < rate, 0.0)", "whole token rows"),
     (6, "consert", "feature_cutoff", "cut[:, None, :]", "cut[:1, None, :]", "per sentence"),
-    (6, "consert", "feature_cutoff", "torch.full((B,), int(d * rate)", "torch.full((B,), int(d * rate) + 1", "int(d * rate)"),
+    (6, "consert", "feature_cutoff", "torch.full((B,), int(d * rate)", "torch.full((B,), int(d * rate) + 1",
+     "int(d * rate)"),
     (7, "consert", "shuffled_positions", "keys = keys.masked_fill(attention_mask == 0, 2.0)", "",
      "padding must keep its own positions"),
     (7, "consert", "shuffled_positions", "    keys = torch.rand(attention_mask.shape, device=attention_mask.device)",
@@ -689,14 +703,17 @@ PLANTED = [
      "always starts at the same place"),
     (10, "consert", "span_mask", "(torch.rand(n.shape, device=n.device) * (n - keep + 1)).long()",
      "(torch.rand(n.shape, device=n.device) ** 3 * (n - keep + 1)).long()", "equally likely"),
-    (10, "consert", "span_mask", "(n.double() * (1 - rate)).long().clamp(min=1)", "(n.double() * rate).long().clamp(min=1)",
-     "keep max(int(n * (1 - rate)), 1)"),
-    (11, "lib.weights", "read_safetensors", "body = memoryview(raw)[8 + n :]", "body = memoryview(raw)", "data_offsets"),
+    (10, "consert", "span_mask", "(n.double() * (1 - rate)).long().clamp(min=1)",
+     "(n.double() * rate).long().clamp(min=1)", "keep max(int(n * (1 - rate)), 1)"),
+    (11, "lib.weights", "read_safetensors", "body = memoryview(raw)[8 + n :]", "body = memoryview(raw)",
+     "data_offsets"),
     (11, "lib.weights", "read_safetensors", 'dtype, shape = SAFETENSORS_DTYPES[info["dtype"]], info["shape"]',
      'dtype, shape = torch.float32, info["shape"]', "dtypes"),
-    (12, "speedups.gradcache", "backward_in_chunks", "            set_random_state(state, device)  # the draws of this chunk in step 1\n",
+    (12, "speedups.gradcache", "backward_in_chunks",
+     "            set_random_state(state, device)  # the draws of this chunk in step 1\n",
      "", "random state it started from"),
-    (12, "speedups.gradcache", "backward_in_chunks", "with torch.random.fork_rng(devices=[device] if device.type == \"cuda\" else []):",
+    (12, "speedups.gradcache", "backward_in_chunks",
+     "with torch.random.fork_rng(devices=[device] if device.type == \"cuda\" else []):",
      "if True:", "random state changed"),
 ]
 

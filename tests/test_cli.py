@@ -114,8 +114,8 @@ def test_bf16_on_a_cpu_without_bf16_units_says_it_is_slower_in_one_line(capsys):
     cli.say_if_amp_is_slow(cpu, "bf16", AMD_WITHOUT_BF16)
     note = capsys.readouterr().err.strip().splitlines()
     assert len(note) == 1 and "slower than fp32" in note[0]
-    for device, amp, cpuinfo in [(cpu, "bf16", AMD_WITH_BF16), (cpu, "bf16", INTEL_WITH_AMX), (cpu, "none", AMD_WITHOUT_BF16),
-                                 (cuda, "bf16", AMD_WITHOUT_BF16)]:
+    for device, amp, cpuinfo in [(cpu, "bf16", AMD_WITH_BF16), (cpu, "bf16", INTEL_WITH_AMX),
+                                 (cpu, "none", AMD_WITHOUT_BF16), (cuda, "bf16", AMD_WITHOUT_BF16)]:
         cli.say_if_amp_is_slow(device, amp, cpuinfo)
         assert capsys.readouterr().err == ""
 
@@ -277,7 +277,8 @@ def test_the_import_graph_has_layers_and_no_cycle():
 def test_plot_log_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     log = tmp_path / "log.jsonl"
-    log.write_text("".join(json.dumps({"step": i, "loss": 5 / i, "lr": 1e-5, **({"eval": 50 + i} if i % 10 == 0 else {})})
+    log.write_text("".join(json.dumps({"step": i, "loss": 5 / i, "lr": 1e-5,
+                                       **({"eval": 50 + i} if i % 10 == 0 else {})})
                            + "\n" for i in range(1, 41)))
     result = run("examples/plot_log.py", tmp_path)
     assert result.returncode == 0, result.stderr
@@ -298,7 +299,8 @@ def test_plot_log_without_matplotlib_says_how_to_get_it(tmp_path):
 
 @pytest.mark.parametrize("script", ["tsdae.py", "consert.py"])
 def test_eval_task_drives_the_log_and_best(script, tiny_model_dir, small_corpus, tmp_path):
-    """--eval-task (here a re-ranking file of the corpus's own domain) is the dev score the log shows and best/ keeps."""
+    """--eval-task (here a re-ranking file of the corpus's own domain) is the dev score the log shows and best/
+    keeps."""
     sentences = small_corpus.read_text().splitlines()
     dev = tmp_path / "dev.jsonl"
     dev.write_text("".join(json.dumps({"query": q, "positive": [sentences[(i + 1) % 16]],
@@ -416,7 +418,8 @@ def test_tsdae_heldout_batches_carry_the_noise_of_epoch_0(tiny_model_dir, small_
     encoder = SentenceEncoder.from_pretrained(tiny_model_dir)
     sentences = small_corpus.read_text().splitlines()
     pairs = tsdae.DenoisingDataset(sentences, encoder.tokenizer, 64, seed=5)
-    batches = data.fixed_batches(pairs, collate=tsdae.collate_pairs, pad_id=0, batch_size=16, device=torch.device("cpu"))
+    batches = data.fixed_batches(pairs, collate=tsdae.collate_pairs, pad_id=0, batch_size=16,
+                                 device=torch.device("cpu"))
     damaged = [ids[mask.bool()].tolist() for ids, mask in zip(batches[0]["damaged_ids"], batches[0]["damaged_mask"])]
     assert damaged == [pairs[(0, i)][0] for i in range(16)]
 
@@ -469,7 +472,8 @@ def test_a_resume_logs_every_step_once(tiny_model_dir, small_corpus, tmp_path):
 def test_a_failed_write_keeps_the_previous_checkpoint_and_model(tiny_model_dir, small_corpus, tmp_path, monkeypatch):
     """A full disk during a save (torch.save into /dev/full, which fails as a full disk does: a RuntimeError from
     torch's writer): one line, and the model/ and checkpoint/ written before stay whole and loadable."""
-    common = ["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--batch-size", "4", "--out", str(tmp_path)]
+    common = ["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--batch-size", "4",
+              "--out", str(tmp_path)]
     tsdae_train.main(common + ["--steps", "2", "--save-every", "0"])
     before = SentenceEncoder.from_pretrained(tmp_path / "model").bert.state_dict()
     real_save = torch.save
@@ -516,10 +520,12 @@ def test_scale_reaches_the_fine_tuning_loss(tiny_model_dir, tmp_path):
 def test_patience_reaches_each_consert_stage(small_corpus):
     unsup = consert_train.parse_args(["--corpus", str(small_corpus), "--patience", "3"])
     assert [stage.patience for stage in consert_train.stages(unsup)] == [3]
-    assert [stage.patience for stage in consert_train.stages(consert_train.parse_args(["--corpus", str(small_corpus)]))] == [10]
+    assert [stage.patience
+            for stage in consert_train.stages(consert_train.parse_args(["--corpus", str(small_corpus)]))] == [10]
     two = consert_train.parse_args(["--corpus", str(small_corpus), "--nli", "x.jsonl", "--strategy", "sup-unsup",
                                     "--patience", "4", "--nli-patience", "2"])
-    assert [stage.patience for stage in consert_train.stages(two)] == [2, 4]  # the NLI stage's, then the unlabelled one's
+    assert [stage.patience for stage in consert_train.stages(two)] == [2, 4]  # the NLI stage's,
+    # then the unlabelled one's
 
 
 def test_workers_reach_the_data_loader(tiny_model_dir, small_corpus):
@@ -575,8 +581,8 @@ def definition(path: Path, name: str) -> ast.AST:
 
 
 @pytest.mark.quick
-@pytest.mark.parametrize("script", ["commands/tsdae_train.py", "commands/consert_train.py", "commands/finetune_train.py",
-                                    "baselines/mlm.py"])
+@pytest.mark.parametrize("script", ["commands/tsdae_train.py", "commands/consert_train.py",
+                                    "commands/finetune_train.py", "baselines/mlm.py"])
 def test_each_experiments_main_calls_the_loop_itself(script):
     assert "train.train" in called_names(definition(ROOT / script, "main")), f"{script}: main must call train.train"
 

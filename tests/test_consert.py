@@ -494,8 +494,8 @@ def tiny(model_dir, out, *extra) -> list[str]:
 
 
 def test_tiny_model_lowers_the_contrastive_loss(tiny_model_dir, small_corpus, tmp_path):
-    consert_train.main(["--corpus", str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--batch-size", 16, "--steps", 60,
-                                                       "--lr", "3e-3", "--cl-weight", 1)])
+    consert_train.main(["--corpus", str(small_corpus), *tiny(tiny_model_dir, tmp_path, "--batch-size", 16,
+                                                             "--steps", 60, "--lr", "3e-3", "--cl-weight", 1)])
     curve = losses(tmp_path)
     chance = 2 * math.log(2 * 16 - 1)
     assert sum(curve[:5]) / 5 > 0.5 * chance and sum(curve[-5:]) / 5 < 0.3 * sum(curve[:5]) / 5
@@ -561,7 +561,8 @@ def test_resume_continues_the_same_loss_sequence_across_both_stages(tiny_model_d
     with pytest.raises(SystemExit):
         consert_train.main(tiny(tiny_model_dir, tmp_path / "b", *common, "--resume"))
     calls.update(n=0, stop=())
-    consert_train.main(tiny(tiny_model_dir, tmp_path / "b", *common, "--resume"))  # stage 1 finished: only stage 2 goes on
+    consert_train.main(tiny(tiny_model_dir, tmp_path / "b", *common, "--resume"))  # stage 1 finished:
+    # only stage 2 goes on
     assert calls["n"] == 6 - 1
     assert losses(tmp_path / "a" / "stage1") == losses(tmp_path / "b" / "stage1")
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
@@ -577,7 +578,8 @@ def test_eval_data_keeps_the_best_dev_checkpoint(tiny_model_dir, small_corpus, d
 
     best = SentenceEncoder.from_pretrained(tmp_path / "best")
     assert best.pooling == "mean"  # saved with plain mean pooling; last2-mean is applied at evaluation only
-    last2 = SentenceEncoder(best.bert, best.tokenizer, "last2-mean", best.max_length, source=best.source)  # its Normalize too
+    last2 = SentenceEncoder(best.bert, best.tokenizer, "last2-mean", best.max_length,
+                            source=best.source)  # its Normalize too
     assert abs(evaluate(last2, ["stsb-dev"], data_dir)["stsb-dev"] - scores[0]) < 1e-6
     final = SentenceEncoder.from_pretrained(tmp_path / "model")
     assert not torch.equal(final.bert.layers[0].ffn.up.weight, best.bert.layers[0].ffn.up.weight)
@@ -592,7 +594,8 @@ def test_eval_data_keeps_the_best_dev_checkpoint(tiny_model_dir, small_corpus, d
 def test_bad_input_stops_before_training(args, message, tmp_path, small_corpus, tiny_model_dir):
     paths = {"missing": tmp_path / "nope.txt", "tmp": tmp_path, "corpus": small_corpus}
     with pytest.raises(errors.UsageError, match=message):
-        consert_train.main([a.format(**paths) for a in args] + ["--model", str(tiny_model_dir), "--out", str(tmp_path / "o")])
+        consert_train.main([a.format(**paths) for a in args]
+                           + ["--model", str(tiny_model_dir), "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
 
 
@@ -623,6 +626,11 @@ def test_bad_input_gets_one_line_error_from_the_cli(nli, message, tmp_path, tiny
     (["--strategy", "joint", "--nli", "x", "--corpus", "x"], "no contrastive stage: --corpus"),
     (["--corpus", "x", "--nli", "x", "--nli-lr", "1e-5"], "no NLI stage: --nli, --nli-lr would change nothing"),
     (["--corpus", "x", "--nli-features", "u,v,|u-v|"], "no NLI stage: --nli-features"),
+    (["--corpus", "x", "--rate2", "0.3"], "--rate2 would change nothing: the shuffle view takes no rate"),
+    (["--corpus", "x", "--view1", "simcse", "--rate1", "0.1"], "--rate1 would change nothing: the simcse view"),
+    (["--strategy", "joint", "--nli", "x", "--nli-view1", "none", "--nli-rate1", "0.2"], "--nli-rate1 would change"),
+    (["--strategy", "sup", "--nli", "x", "--few-shot", "100"], "no contrastive stage: --few-shot"),
+    (["--strategy", "joint", "--nli", "x", "--few-shot", "100", "--upsample"], "--few-shot, --upsample would"),
 ])
 def test_flag_combinations_are_checked(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -661,7 +669,8 @@ def test_default_batches_are_a_uniform_shuffle_not_length_buckets(tiny_model_dir
     spreads = {}
     for name, argv in (("default", []), ("bucketing", ["--bucketing"])):
         args = consert_train.parse_args(["--corpus", "x", *argv])
-        loader = consert_train.stage_loader(consert_train.stages(args)[0], sentences, encoder, args, torch.device("cpu"))
+        loader = consert_train.stage_loader(consert_train.stages(args)[0], sentences, encoder, args,
+                                            torch.device("cpu"))
         spreads[name] = mean_spread([[i for _, i in keys] for keys in loader.batch_sampler])
     shuffled = torch.randperm(len(sentences), generator=torch.Generator().manual_seed(0)).split(96)
     spreads["random"] = mean_spread([b.tolist() for b in shuffled])

@@ -52,8 +52,10 @@ def test_sampler_shards_cover_the_corpus_exactly_once():
                 assert len(shares) == len(s) and all(shares)  # every process gets a non-empty share every step
                 seen += [i for share in shares for _, i in share]
             assert sorted(seen) == list(range(103))
-    assert [len(b) for b in data.BatchSampler(lengths, 8, world_size=2).iter_batches(0)][-2:] == [8, 7]  # 103 = 12 x 8 + 7
-    assert [len(b) for b in data.BatchSampler(lengths[:97], 8, world_size=2).iter_batches(0)][-2:] == [8, 9]  # 1 < 2 shares
+    assert [len(b)
+            for b in data.BatchSampler(lengths, 8, world_size=2).iter_batches(0)][-2:] == [8, 7]  # 103 = 12 x 8 + 7
+    assert [len(b)
+            for b in data.BatchSampler(lengths[:97], 8, world_size=2).iter_batches(0)][-2:] == [8, 9]  # 1 < 2 shares
 
 
 def evaluations(out: Path) -> list[float]:

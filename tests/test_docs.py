@@ -11,8 +11,8 @@ What a document may write, and how it is read:
                   in ```bash blocks (a line continued with \\ is one command) and in `inline code`; an environment
                   prefix (OMP_NUM_THREADS=1), a pipe, a redirection and a # comment are dropped. FILE is imported
                   and its make_parser() (or the module it hands over to with runpy.run_module: tsdae.py ->
-                  commands.tsdae_train) parses ARGS, through the module's parse_args when it has one (its range checks too);
-                  a subcommand's flags are its parser's (assignments.py grade --student), and the flags a script
+                  commands.tsdae_train) parses ARGS, through the module's parse_args when it has one (its range checks
+                  too); a subcommand's flags are its parser's (assignments.py grade --student), and the flags a script
                   hands on to another are the other's parser's (HANDS_ON: bench/corpus.py -> tsdae.py).
                   `python -c CODE` runs CODE's imports only.
   names           `inline code` naming this repository's module.attribute (lib.selection.HeldOut, lib.corpus.hold_out)
@@ -330,7 +330,8 @@ def names_in(doc: str) -> list[tuple[int, str]]:
     for offset, text in texts:
         for span in re.finditer(r"`[^`]+`" if offset == 0 else r"[^\n]+", text):
             line = offset + text.count("\n", 0, span.start()) + 1
-            for name in re.findall(rf"(?<![\w./-])({module}(?:\.\w+)+|(?:{'|'.join(FOLDERS)})/[\w./-]*\w)", span.group(0)):
+            for name in re.findall(rf"(?<![\w./-])({module}(?:\.\w+)+|(?:{'|'.join(FOLDERS)})/[\w./-]*\w)",
+                                   span.group(0)):
                 if name.rsplit(".", 1)[-1] not in FILE_TYPES or "/" in name:
                     names.append((line, name))
     return names
@@ -368,7 +369,8 @@ def test_the_readmes_words_on_early_stopping_plain_and_micro_batch_hold():
     from commands import consert_train, finetune_train, tsdae_train
 
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    assert "ConSERT alone stops early, by `--patience`" in readme and "fine-tuning has no fast path and no `--plain`" in readme
+    assert "ConSERT alone stops early, by `--patience`" in readme \
+        and "fine-tuning has no fast path and no `--plain`" in readme
     parsers = {name: module.make_parser() for name, module in
                (("tsdae", tsdae_train), ("consert", consert_train), ("finetune", finetune_train), ("mlm", mlm))}
     flags = {name: set(parser._option_string_actions) for name, parser in parsers.items()}

@@ -32,7 +32,8 @@ def test_fetch_from_mirror_gives_the_same_bytes_and_a_second_call_downloads_noth
         assert taskfiles.missing_file(task, tmp_path) is None, task
     # what the training scripts and tests read as well
     for rel in ["nli/snli_dev.jsonl", "nli/mnli_dev_matched.jsonl", "sick/SICK.txt", "sick/SICK_train.txt",
-                "stsbenchmark/senteval/sts-train.csv", "twitterpara/test.label", "askubuntu/dev.txt", "askubuntu/test.txt"]:
+                "stsbenchmark/senteval/sts-train.csv", "twitterpara/test.label", "askubuntu/dev.txt",
+                "askubuntu/test.txt"]:
         assert (tmp_path / rel).is_file(), rel
     # the ablations' corpora (TSDAE's: SNLI dev and MNLI dev matched) rebuilt from what was fetched alone, to the byte
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "examples"))

@@ -67,13 +67,15 @@ def test_the_claim_sweeps_then_lists_every_arm(tmp_path):
     lines = dry_run("pretraining_claim.py", *claim_args(tmp_path))
     assert lines[0].startswith("0 commands to run")
     commands = [c for c in lines[2:] if c.startswith("python ")]
-    assert lines[1].startswith("116 commands to run")  # 12 pre-trainings; 54 arms less the sweep's 2, each fine-tune + evaluate
+    assert lines[1].startswith("116 commands to run")  # 12 pre-trainings; 54 arms less the sweep's 2,
+    # each fine-tune + evaluate
     mlm = [c for c in commands if "baselines/mlm.py" in c]
     assert len(mlm) == 6 and all("--lr 5e-05 " in c for c in mlm)  # the sweep's choice for MLM
     assert sum(c.startswith("python tsdae.py") and "--lr 0.0001 " in c for c in commands) == 6  # and for TSDAE
     assert sum("finetune.py" in c for c in commands) == 52 and sum("evaluate.py" in c for c in commands) == 52
     assert sum("--sample 100 " in c for c in commands) == 18 and sum("--sample 1000 " in c for c in commands) == 16
-    assert all(c.split("--json ")[1].startswith(str(tmp_path / "results" / "scores")) for c in commands if "evaluate.py" in c)
+    assert all(c.split("--json ")[1].startswith(str(tmp_path / "results" / "scores"))
+               for c in commands if "evaluate.py" in c)
 
 
 def test_the_claim_table_from_saved_scores(tmp_path):
@@ -88,7 +90,8 @@ def test_the_claim_table_from_saved_scores(tmp_path):
         for method in pretraining_claim.PRETRAININGS:
             start, _ = pretraining_claim.pretraining(method, rates[method], seed, Path("corpus.txt"), args)
             for k in pretraining_claim.SIZES:
-                scores = Path(args.results) / "scores" / f"{pretraining_claim.pretrained(method, rates[method], args)}" \
+                scores = Path(args.results) / "scores" \
+                    / f"{pretraining_claim.pretrained(method, rates[method], args)}" \
                     f"-k{k}-lr5e-05-s{seed}.json"
                 test = score[method] + seed * (method == "tsdae") * (k == "all")
                 dev = test - seed * (method == "tsdae") * (k == "all")  # dev: TSDAE 1 above MLM in every seed
@@ -98,7 +101,8 @@ def test_the_claim_table_from_saved_scores(tmp_path):
     # the chosen rates' sweep arms are their seed 0, k = 1000 arms (rewritten below: dev 52 and 53)
     assert "| MLM | 0.0001 | 52.00 | yes |" in table and "| TSDAE | 5e-05 | 53.00 | yes |" in table
     assert "| MLM | 5e-05 | 40.00 |  |" in table
-    assert "| all | 50.00 ± 0.00 | 52.00 ± 0.00 | 54.00 ± 1.00 | +1.00, +2.00, +3.00 (mean +2.00) | cannot tell: needs " \
+    assert "| all | 50.00 ± 0.00 | 52.00 ± 0.00 | 54.00 ± 1.00 | +1.00, +2.00, +3.00 (mean +2.00) | " \
+           "cannot tell: needs " \
            "~4 seeds (p 0.074); dev: holds (p < 0.001) | +3.00, +4.00, +5.00 (mean +4.00) | holds (p 0.020); " \
            "dev: holds (p < 0.001) |" in table
     assert "at lr 0.0001 (MLM) and 5e-05 (TSDAE); fine-tuning lr 5e-05)" in table
@@ -140,11 +144,13 @@ def test_the_ablations_list_every_arm_once(tmp_path):
     scores.parent.mkdir(parents=True)
     scores.write_text("{}")
     again = dry_run("ablations.py", "all", "--out", str(tmp_path / "ablations"), "--results", str(tmp_path / "results"))
-    assert again[:2] == ["1 arms done (never run again):", str(scores)] and again[2].startswith(f"{len(lines) - 3} commands")
+    assert again[:2] == ["1 arms done (never run again):", str(scores)] \
+        and again[2].startswith(f"{len(lines) - 3} commands")
 
 
 def test_a_dry_run_piped_into_head_ends_without_a_traceback(tmp_path):
-    result = subprocess.run(f"{sys.executable} examples/ablations.py all --dry-run --out {tmp_path} --results {tmp_path} | head -1",
+    result = subprocess.run(f"{sys.executable} examples/ablations.py all --dry-run --out {tmp_path} "
+                            f"--results {tmp_path} | head -1",
                             shell=True, capture_output=True, text=True, timeout=120, cwd=ROOT)
     arms = 12 * len(ablations.SEEDS["tsdae"]) + 24 * len(ablations.SEEDS["consert"])
     assert result.stdout.startswith(f"{2 * arms} commands to run") and result.stderr == ""  # train, evaluate
@@ -154,7 +160,8 @@ def test_an_ablation_table_from_saved_scores(tmp_path, monkeypatch):
     """--summary of tsdae-ratio: the paper's numbers beside ours, the per-seed differences from the chosen arm on
     dev and on test, the verdicts of each split by the rule, and the rows where the splits disagree marked."""
     monkeypatch.setattr(ablations, "SEEDS", {**ablations.SEEDS, "tsdae": (0, 1, 2)})  # the scores below: 3 seeds
-    out, argv = tmp_path / "results", ["tsdae-ratio", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
+    out, argv = tmp_path / "results", ["tsdae-ratio", "--out", str(tmp_path / "runs"),
+                                       "--results", str(tmp_path / "results")]
     table = ablations.TABLES["tsdae-ratio"]
     ours = {"0.1": [40.0, 44.0, 36.0], "0.3": [45.0, 40.0, 47.0], "0.6": [45.0, 46.0, 47.0], "0.8": [46.0, 47.5, 48.0],
             "0.9": [30.0, 31.0, 35.0]}
@@ -169,11 +176,14 @@ def test_an_ablation_table_from_saved_scores(tmp_path, monkeypatch):
     ablations.main([*argv, "--summary"])
     text = (out / "tsdae-ratio.md").read_text()
     assert "| **0.6** | 78.77 | 46.00 ± 1.00 | 46.00 ± 1.00 | | | | |" in text
-    # every seed in the paper's order, mean 6 > sd 4.6 (the old rule's "holds"), but t = 2.3: p 0.15 (scipy.stats.ttest_1samp)
-    assert ("| 0.1 | 77.81 | 40.00 ± 4.00 | 40.00 ± 4.00 | +5.00, +2.00, +11.00 (mean +6.00) | cannot tell: needs ~5 seeds "
+    # every seed in the paper's order, mean 6 > sd 4.6 (the old rule's "holds"), but t = 2.3: p 0.15
+    # (scipy.stats.ttest_1samp)
+    assert ("| 0.1 | 77.81 | 40.00 ± 4.00 | 40.00 ± 4.00 | +5.00, +2.00, +11.00 (mean +6.00) | "
+            "cannot tell: needs ~5 seeds "
             "(p 0.151) |") in text
     assert ("| 0.9 | 75.67 | 45.17 ± 0.76 | 32.00 ± 2.65 | +0.50, +1.00, +1.00 (mean +0.83) | cannot tell: below the "
-            "minimum effect (p 0.038) | +15.00, +15.00, +12.00 (mean +14.00) | holds (p 0.005) (**differs from dev**) |") in text
+            "minimum effect (p 0.038) | +15.00, +15.00, +12.00 (mean +14.00) | "
+            "holds (p 0.005) (**differs from dev**) |") in text
     assert ("| -1.00, -1.50, -1.00 (mean -1.17) | reversed (p 0.020) | -1.00, -1.50, -1.00 (mean -1.17) | reversed "
             "(p 0.020) |") in text  # 0.8
     assert "| +0.00, +6.00, +0.00 (mean +2.00) | cannot tell: needs ~15 seeds (p 0.423) |" in text  # 0.3
@@ -200,7 +210,8 @@ def test_the_readme_runs_list_every_arm(tmp_path):
     assert sum(c.startswith("python consert.py") and "--eval-data" in c for c in commands) == 4  # mini's 3, heldout
     assert sum(c.startswith("python finetune.py") for c in commands) == 6  # labels: from TSDAE and from MiniLM
     assert all(f"--json {tmp_path / 'runs'}" in c for c in commands if c.startswith("python evaluate.py"))
-    assert {c.split("--seed ")[1].split()[0] for c in commands if "--seed " in c and "similarities" not in c} == {"0", "1", "2"}
+    assert {c.split("--seed ")[1].split()[0] for c in commands
+            if "--seed " in c and "similarities" not in c} == {"0", "1", "2"}
 
 
 def test_the_readme_runs_gather_and_summarise(tmp_path, capsys):
@@ -212,7 +223,8 @@ def test_the_readme_runs_gather_and_summarise(tmp_path, capsys):
     folder.mkdir(parents=True)
     (folder / "eval.json").write_text(json.dumps({"model": "/somewhere", "twitterpara": 70.0, "details": {
         "twitterpara": {"url_ap": 75.0, "pit_ap": 65.0}}}))
-    assert arms.gather(folder) == {"eval": {"twitterpara": 70.0, "details": {"twitterpara": {"url_ap": 75.0, "pit_ap": 65.0}}}}
+    assert arms.gather(folder) == {"eval": {"twitterpara": 70.0,
+                                            "details": {"twitterpara": {"url_ap": 75.0, "pit_ap": 65.0}}}}
     (folder / "log.jsonl").write_text("".join(json.dumps({"step": i, "loss": 10.0 - i, "grad_norm": 1.0 + i}) + "\n"
                                               for i in range(1, 11)) + json.dumps({"step": 5, "eval": 2.0}) + "\n"
                                       + json.dumps({"step": 10, "eval": 3.0}) + "\n")
@@ -228,10 +240,12 @@ def test_the_readme_runs_gather_and_summarise(tmp_path, capsys):
     assert not (tmp_path / "results" / "twitter.md").exists()
     scores = tmp_path / "results" / "scores"
     scores.mkdir(parents=True)
-    for arm, ap in (("raw-minilm-twitter", 70.0), *((f"{m}-twitter-s{s}", ap + s) for m, ap in (("tsdae", 60.0),
-                                                                                               ("consert", 80.0)) for s in range(3))):
+    for arm, ap in (("raw-minilm-twitter", 70.0), *((f"{m}-twitter-s{s}", ap + s)
+                                                    for m, ap in (("tsdae", 60.0), ("consert", 80.0))
+                                                    for s in range(3))):
         scores.joinpath(f"{arm}.json").write_text(json.dumps({"eval": {"twitterpara": ap, "details": {"twitterpara": {
-            "url_ap": ap + 1, "pit_ap": ap - 1}}}, **({"loss": {"first": 10.0, "last": 7.125}} if "s" in arm[-2:] else {})}))
+            "url_ap": ap + 1, "pit_ap": ap - 1}}},
+            **({"loss": {"first": 10.0, "last": 7.125}} if "s" in arm[-2:] else {})}))
     results.main(argv)
     table = (tmp_path / "results" / "twitter.md").read_text()
     assert "| all-MiniLM-L6-v2 as shipped | 70.00 | 71.00 | 69.00 |  |" in table
@@ -240,13 +254,16 @@ def test_the_readme_runs_gather_and_summarise(tmp_path, capsys):
 
 
 def test_the_labs_list_every_arm_once_and_summarise(tmp_path, capsys):
-    """labs.py all --dry-run: 13 arms over seeds 0-2 (lab 5's over 0-7), shared arms run once; --summary writes a lab's table from
-    the scores files alone: each seed, mean ± sd, the per-seed difference and its verdicts on test and dev."""
+    """labs.py all --dry-run: 13 arms over seeds 0-2 (lab 5's over 0-7), shared arms run once; --summary writes a lab's
+    table from the scores files alone: each seed, mean ± sd, the per-seed difference and its verdicts on test and
+    dev."""
     import lab_results as labs
 
     lines = dry_run("lab_results.py", "all", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"))
-    assert lines[0].startswith("118 commands to run")  # (13 arms x 3 seeds + lab 5's 4 arms x 5 more) x (train, evaluate)
-    assert sum("labs/shared_dropout.py" in c for c in lines) == 3 and sum("/simcse-s" in c and "--out" in c for c in lines) == 3
+    assert lines[0].startswith("118 commands to run")  # (13 arms x 3 seeds + lab 5's 4 arms x 5 more)
+    # x (train, evaluate)
+    assert sum("labs/shared_dropout.py" in c for c in lines) == 3 \
+        and sum("/simcse-s" in c and "--out" in c for c in lines) == 3
     argv = ["lab3", "--summary", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
     labs.main(argv)
     assert "lab3: no scores yet for simcse-s0" in capsys.readouterr().out
@@ -260,7 +277,8 @@ def test_the_labs_list_every_arm_once_and_summarise(tmp_path, capsys):
     labs.main(argv)
     table = (tmp_path / "results" / "lab3.md").read_text()
     assert "| STS-b test, simcse | 42.00 | 41.90 | 41.80 | 41.90 ± 0.10 | |" in table
-    assert "| STS-b test, shared - simcse | -3.00 | -3.00 | -3.00 | -3.00 ± 0.00 | reversed (p < 0.001); dev: reversed " \
+    assert "| STS-b test, shared - simcse | -3.00 | -3.00 | -3.00 | -3.00 ± 0.00 | " \
+           "reversed (p < 0.001); dev: reversed " \
            "(p < 0.001) |" in table
     assert "| final training loss (the mean of the last 10% of the steps), shared | 0.0004 | 0.0004 | 0.0004 | " \
            "0.0004 ± 0.0000 | |" in table

@@ -67,7 +67,8 @@ def test_the_docstring_names_where_each_piece_is_chosen_and_tested():
             ("#", '"', "'")))  # calls, not prose
         if where.split("/")[0] not in ("tests", "bench", "docs", "course") and any(f"fast.{c}" in code for c in pieces):
             assert where in table, where
-    for tested in ("FusedAttention", "PackedBert", "PackedDecoder", "SentenceVectorAttention", "VocabularyCrossEntropy"):
+    for tested in ("FusedAttention", "PackedBert", "PackedDecoder", "SentenceVectorAttention",
+                   "VocabularyCrossEntropy"):
         files = [name for name in ("test_fast", "test_model", "test_cuda") if f"tests/{name}.py" in doc
                  and f"fast.{tested}" in (root / "tests" / f"{name}.py").read_text(encoding="utf-8")]
         assert files, tested
@@ -97,7 +98,8 @@ def test_tsdae_fast_equals_plain_loss_and_gradients(minilm_path, pairs_batch, ti
     assert cross.q.weight.grad.abs().max() < 1e-6 and cross.k.weight.grad.abs().max() < 1e-6
 
 
-@pytest.mark.parametrize("views", [(("feature_cutoff", 0.2), ("shuffle", 0.0)), (("token_cutoff", 0.1), ("adversarial", 0.0))])
+@pytest.mark.parametrize("views", [(("feature_cutoff", 0.2), ("shuffle", 0.0)),
+                                   (("token_cutoff", 0.1), ("adversarial", 0.0))])
 def test_consert_fast_equals_plain_loss_and_gradients(minilm_path, sts_sentences, views):
     objectives = []
     for bert_class in (Bert, fast.PackedBert):
@@ -119,13 +121,15 @@ def test_consert_fast_equals_plain_loss_and_gradients(minilm_path, sts_sentences
 
 def test_encode_fast_equals_plain(minilm_path, sts_sentences):
     plain = SentenceEncoder.from_pretrained(minilm_path).encode(sts_sentences, batch_size=16)
-    quick = SentenceEncoder.from_pretrained(minilm_path, bert_class=fast.PackedBert).encode(sts_sentences, batch_size=16)
+    quick = SentenceEncoder.from_pretrained(minilm_path, bert_class=fast.PackedBert).encode(sts_sentences,
+                                                                                           batch_size=16)
     torch.testing.assert_close(quick, plain, atol=1e-5, rtol=1e-5)
 
 
 def test_packed_bert_gives_zeros_at_padding_and_all_layers(minilm_path, sts_sentences):
     bert, packed_bert = load_bert(minilm_path).eval(), load_bert(minilm_path, fast.PackedBert).eval()
-    ids, mask = data.pad(data.tokenize(SentenceEncoder.from_pretrained(minilm_path).tokenizer, sts_sentences[:6], 64), 0)
+    ids, mask = data.pad(data.tokenize(SentenceEncoder.from_pretrained(minilm_path).tokenizer,
+                                       sts_sentences[:6], 64), 0)
     with torch.no_grad():
         plain, packed = bert(ids, mask, all_layers=True), packed_bert(ids, mask, all_layers=True)
     assert len(plain) == len(packed) == bert.cfg.num_hidden_layers + 1
@@ -154,7 +158,8 @@ def test_sentence_vector_attention_equals_general_attention_over_one_key(tiny_mo
     torch.manual_seed(1)
     y = ours(x.reshape(B * L, -1), memory=rows).view(B, L, -1)
     torch.manual_seed(1)
-    keep = F.dropout(torch.ones(B * L, 1, h), ours.dropout_p, True).view(B, L, h).transpose(1, 2)[..., None]  # (B, h, L, 1)
+    keep = F.dropout(torch.ones(B * L, 1, h), ours.dropout_p,
+                     True).view(B, L, h).transpose(1, 2)[..., None]  # (B, h, L, 1)
     split = lambda t: t.view(B, t.shape[1], h, -1).transpose(1, 2)  # (B, h, L, dh)
     q, k, v = split(general.q(x)), split(general.k(s)), split(general.v(s))
     probs = (q @ k.transpose(-2, -1)).softmax(-1) * keep  # (B, h, L, 1): 1, dropped or scaled
@@ -170,7 +175,8 @@ def test_vocabulary_cross_entropy_equals_the_plain_formula():
     into E.grad by the function itself: when E.grad is None, and added when it already holds one."""
     g = torch.Generator().manual_seed(0)
     T, V, d = 7, 2 * fast.VocabularyCrossEntropy.VOCAB_CHUNK + 77, 16
-    leaves = [torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True) for shape in ((T, d), (V, d), (V,))]
+    leaves = [torch.randn(shape, generator=g, dtype=torch.float64, requires_grad=True)
+              for shape in ((T, d), (V, d), (V,))]
     y = torch.randint(V, (T,), generator=g)
     y[1] = y[0]  # a repeated label
 
@@ -262,7 +268,8 @@ def test_fast_equals_plain_under_bf16_autocast(minilm_path, pairs_batch, monkeyp
 
 
 def count_dropouts(monkeypatch) -> list[float]:
-    """Every dropout applied from now on, by its rate (nn.Dropout and the attention probabilities both call F.dropout)."""
+    """Every dropout applied from now on, by its rate (nn.Dropout and the attention probabilities both call
+    F.dropout)."""
     calls, real = [], F.dropout
 
     def dropout(x, p=0.5, training=True, inplace=False):

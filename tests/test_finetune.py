@@ -349,7 +349,8 @@ def test_epochs_with_a_short_last_batch_decay_as_sentence_transformers_fit_sched
     drop_last = {f.name: f.default for f in dataclasses.fields(SentenceTransformerTrainingArguments)}
     assert drop_last["dataloader_drop_last"] is False  # the short last batch trains
     pairs = tmp_path / "pairs.tsv"
-    pairs.write_text("sentence1\tsentence2\tscore\n" + "".join(f"sentence {i}\tanother {i}\t{i % 5}\n" for i in range(175)),
+    pairs.write_text("sentence1\tsentence2\tscore\n"
+                     + "".join(f"sentence {i}\tanother {i}\t{i % 5}\n" for i in range(175)),
                      encoding="utf-8")
     runs = []
     monkeypatch.setattr(train, "train", lambda encoder, objective, loader, run, device: runs.append(run))
@@ -389,7 +390,8 @@ def test_weight_decay_skips_the_parameters_sentence_transformers_fit_skips(kind,
               else "no decay" for name, _ in AutoModelForMaskedLM.from_pretrained(tmp_path / kind).named_parameters()}
     bert = load_bert(tmp_path / kind)
     settings = train.TrainSettings(out=tmp_path, steps=1, lr=1.0, weight_decay=0.01)
-    decay, no_decay = (group["params"] for group in train.make_optimizer(bert, settings, torch.device("cpu")).param_groups)
+    decay, no_decay = (group["params"]
+                       for group in train.make_optimizer(bert, settings, torch.device("cpu")).param_groups)
     names = train.fit_names(bert)
     fused = lambda name: re.sub(r"\.Wqkv\.[qkv]\.", ".Wqkv.", name)  # ModernBERT's q, k, v: one Wqkv in transformers
     ours = {fused(names[p]): "decay" for p in decay} | {fused(names[p]): "no decay" for p in no_decay}

@@ -42,7 +42,8 @@ def nli_batch(encoder: SentenceEncoder, sentences: list[str]) -> dict[str, torch
     return consert.collate_nli([dataset[(0, i)] for i in range(len(pairs))])
 
 
-def loss_and_gradients(objective: torch.nn.Module, batch: dict, seed: int = 1, bf16: bool = False) -> tuple[float, dict]:
+def loss_and_gradients(objective: torch.nn.Module, batch: dict, seed: int = 1,
+                       bf16: bool = False) -> tuple[float, dict]:
     """The loss and every gradient, as train.py makes them: the forward (under bf16 autocast if asked), then the
     backward outside autocast."""
     objective.zero_grad(set_to_none=True)
@@ -66,7 +67,8 @@ def chunked(objective: consert.ConSERTLoss, size: int, cache: bool = True) -> co
     settings = dict(temperature=objective.temperature, cl_weight=objective.cl_weight, micro_batch=size, cache=cache)
     if isinstance(objective, consert.SupervisedConSERTLoss):
         twin = gradcache.ChunkedSupervisedConSERTLoss(objective.encoder, objective.views,
-                                                      objective.classifier.out_features, joint=objective.joint, **settings)
+                                                      objective.classifier.out_features, joint=objective.joint,
+                                                      **settings)
         twin.classifier = objective.classifier
     else:
         twin = gradcache.ChunkedConSERTLoss(objective.encoder, objective.views, **settings)
@@ -79,7 +81,8 @@ def strategies(encoder: SentenceEncoder, sentences: list[str], views: tuple[str,
     pair = (consert.View(views[0], 0.2), consert.View(views[1], 0.2))
     yield "unsup", consert.ConSERTLoss(encoder, pair), sentence_batch(encoder, sentences)
     yield "sup", consert.SupervisedConSERTLoss(encoder, pair, nli_classes=3), nli_batch(encoder, sentences)
-    yield "joint", consert.SupervisedConSERTLoss(encoder, pair, nli_classes=3, joint=True), nli_batch(encoder, sentences)
+    yield "joint", consert.SupervisedConSERTLoss(encoder, pair, nli_classes=3, joint=True), \
+        nli_batch(encoder, sentences)
 
 
 @pytest.mark.parametrize("views", VIEW_PAIRS)

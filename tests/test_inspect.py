@@ -126,12 +126,14 @@ def test_the_task_scores_the_whole_sts_b_as_simcse(data_dir):
     # repeated sentences (distance 0); squared distances ~ 2
     assert -3.95 < details["uniformity"] < -3.7 and 1.7 < details["alignment"] < 2.3
     table = evaluate.format_table(result)
-    assert re.search(r"^align-uniform\s+-3\.\d\d$", table, re.M) and re.search(r"^  positive_pairs\s+1491$", table, re.M)
+    assert re.search(r"^align-uniform\s+-3\.\d\d$", table, re.M) \
+        and re.search(r"^  positive_pairs\s+1491$", table, re.M)
     assert "align-uniform" not in evaluate.ALL_TASKS  # a diagnostic, not a column of the papers' tables
 
 
 def test_the_task_names_a_missing_file(tmp_path):
-    with pytest.raises(evaluate.DataMissingError, match=r"stsbenchmark/sts-train\.csv: it belongs to the STS benchmark"):
+    with pytest.raises(evaluate.DataMissingError,
+                       match=r"stsbenchmark/sts-train\.csv: it belongs to the STS benchmark"):
         evaluate.evaluate(HashEncoder(), ["align-uniform"], tmp_path)
 
 
@@ -177,7 +179,8 @@ def test_plot_similarities_writes_a_png_and_a_summary(tmp_path, small_sts, tiny_
     assert random_cos > 0.99 and paraphrase_cos > 0.99  # a random BERT: the cone closed to a point
     random_cos, paraphrase_cos, align, uniform = parsed["model"]
     assert random_cos < 0.3 < 0.7 < paraphrase_cos
-    pairs = [p for split in ("train", "dev", "test") for p in load_stsb(small_sts / "stsbenchmark" / f"sts-{split}.csv")]
+    pairs = [p for split in ("train", "dev", "test")
+             for p in load_stsb(small_sts / "stsbenchmark" / f"sts-{split}.csv")]
     expected = evaluate.alignment_uniformity(SentenceEncoder.from_pretrained(minilm_path), pairs)
     assert (align, uniform) == (round(expected["alignment"], 3), round(expected["uniformity"], 3))  # the task's numbers
     numbers = json.loads((tmp_path / "sims.json").read_text())

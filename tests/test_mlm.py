@@ -101,7 +101,8 @@ def test_loss_and_word_embedding_gradient_equal_transformers_on_a_tiny_checkpoin
 
 
 def test_micro_batches_give_the_loss_and_gradient_of_the_whole_batch(tiny_mlm_dir):
-    """count() is the number of masked positions, so parts of 3 sentences weigh their means right (train.micro_batches)."""
+    """count() is the number of masked positions, so parts of 3 sentences weigh their means right
+    (train.micro_batches)."""
     encoder = SentenceEncoder.from_pretrained(tiny_mlm_dir).eval()
     objective = mlm.MLMLoss(encoder)
     batch = masked_batch(encoder, TOPICS[::25], seed=3)
@@ -219,7 +220,8 @@ def test_a_run_saves_a_loadable_encoder_and_resumes_to_the_same_losses(tiny_mlm_
     assert "MLM head: the checkpoint's" in out
     encoder = SentenceEncoder.from_pretrained(tmp_path / "a" / "model")
     assert encoder.bert.mlm_head is None  # model/ holds the encoder only
-    before, after = read_safetensors(tiny_mlm_dir / "model.safetensors"), read_safetensors(tmp_path / "a" / "model" / "model.safetensors")
+    before, after = read_safetensors(tiny_mlm_dir / "model.safetensors"), \
+        read_safetensors(tmp_path / "a" / "model" / "model.safetensors")
     word = "embeddings.word_embeddings.weight"
     assert not torch.equal(before[f"bert.{word}"] if f"bert.{word}" in before else before[word], after[word])
     assert "| method | MLM (arXiv:1810.04805) |" in (tmp_path / "a" / "model" / "README.md").read_text(encoding="utf-8")
@@ -243,12 +245,14 @@ def test_a_run_saves_a_loadable_encoder_and_resumes_to_the_same_losses(tiny_mlm_
     # the plain path trains alike (no dropout here), and a checkpoint without a head gets a new one
     mlm.main(common + ["--out", str(tmp_path / "plain"), "--steps", "6", "--plain"])
     assert losses(tmp_path / "plain") == pytest.approx(losses(tmp_path / "a"), abs=1e-5)
-    mlm.main(common[:2] + ["--model", str(tiny_model_dir)] + common[4:] + ["--out", str(tmp_path / "c"), "--steps", "2"])
+    mlm.main(common[:2] + ["--model", str(tiny_model_dir)] + common[4:]
+             + ["--out", str(tmp_path / "c"), "--steps", "2"])
     assert "MLM head: a new one" in capsys.readouterr().out and len(losses(tmp_path / "c")) == 2
 
 
 def test_bad_input_ends_in_one_line(tiny_mlm_dir, tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "baselines" / "mlm.py"), "--corpus", str(tmp_path / "missing.txt"),
+    result = subprocess.run([sys.executable, str(ROOT / "baselines" / "mlm.py"),
+                             "--corpus", str(tmp_path / "missing.txt"),
                              "--model", str(tiny_mlm_dir), "--out", str(tmp_path / "run")],
                             capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
@@ -310,8 +314,8 @@ def test_random_init_pretrains_from_new_weights_and_saves_a_masked_lm_checkpoint
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         if (tiny_mlm_dir / name).exists():
             (config_only / name).write_bytes((tiny_mlm_dir / name).read_bytes())
-    mlm.main(["--corpus", str(corpus), "--model", str(config_only), "--random-init", "--steps", "1", "--batch-size", "4",
-              "--device", "cpu", "--save-every", "0", "--out", str(tmp_path / "from-config")])
+    mlm.main(["--corpus", str(corpus), "--model", str(config_only), "--random-init", "--steps", "1",
+              "--batch-size", "4", "--device", "cpu", "--save-every", "0", "--out", str(tmp_path / "from-config")])
     assert SentenceEncoder.from_pretrained(tmp_path / "from-config" / "model").bert.mlm_head is not None
 
 

@@ -422,7 +422,8 @@ def test_hub_id_loads_offline_from_a_hand_built_cache(tmp_path, minilm_path, min
             "e = SentenceEncoder.from_pretrained(sys.argv[1]); torch.save(e.encode(sys.argv[3:]), sys.argv[2])")
     root = Path(__file__).resolve().parent.parent
     result = subprocess.run([sys.executable, "-c", code, "sentence-transformers/all-MiniLM-L6-v2",
-                             str(tmp_path / "out.pt"), *sts_sentences[:8]], cwd=root, env=env, capture_output=True, text=True)
+                             str(tmp_path / "out.pt"), *sts_sentences[:8]], cwd=root, env=env, capture_output=True,
+                            text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     torch.testing.assert_close(torch.load(tmp_path / "out.pt"), minilm.encode(sts_sentences[:8]))
     result = subprocess.run([sys.executable, str(root / "evaluate.py"), "--model", "bert-base-uncased", "--tasks",

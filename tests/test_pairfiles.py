@@ -183,7 +183,8 @@ def test_a_bad_file_is_one_line_naming_the_file_and_the_line(tmp_path, case):
 
 
 def test_missing_folder_and_binary_files(tmp_path):
-    assert one_line_error(datafiles.read_scored_pairs, tmp_path / "nope.tsv") == f"{tmp_path / 'nope.tsv'}: no such file"
+    assert one_line_error(datafiles.read_scored_pairs, tmp_path / "nope.tsv") \
+        == f"{tmp_path / 'nope.tsv'}: no such file"
     assert one_line_error(datafiles.read_rows, tmp_path).startswith(f"{tmp_path}: not a file")
     (tmp_path / "b.tsv").write_bytes(b"sentence1\tsentence2\x00\x01\x02")
     assert "binary file" in one_line_error(datafiles.read_rows, tmp_path / "b.tsv")
@@ -248,7 +249,8 @@ def test_the_command_line_refuses_a_bad_file_in_one_line_before_loading_a_model(
     bad = tmp_path / "bad.tsv"
     bad.write_text("sentence1\tsentence2\tscore\na\tb\t1\nc\td\tten\n", encoding="utf-8")
     no_model = str(tmp_path / "no-model")
-    assert cli_error(["--model", no_model, "--tasks", f"sts:{bad}"]) == f"error: {bad} line 3: score 'ten' is not a number"
+    assert cli_error(["--model", no_model, "--tasks", f"sts:{bad}"]) \
+        == f"error: {bad} line 3: score 'ten' is not a number"
     message = cli_error(["--model", no_model, "--tasks", f"stsb-dev,pairs:{tmp_path / 'gone.csv'}"])
     assert message.startswith(f"error: missing file {tmp_path / 'gone.csv'} (pairs:PATH: your own 0/1 pairs")
     for tasks in ("sts:", "sts17"):  # argparse's own one line, exit code 2

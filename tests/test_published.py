@@ -186,10 +186,12 @@ def test_the_documents_quote_each_table_as_written():
     for name in results.EXPERIMENTS:
         assert any(path == f"docs/results/{name}.md" for _, path in seen), f"no document quotes docs/results/{name}.md"
     assert ("examples/EXPERIMENTS.md", "docs/pretraining_claim/table.md") in seen
-    assert {("README.md", "docs/domain_claim/summary.md"), ("examples/EXPERIMENTS.md", "docs/domain_claim/table.md")} <= seen
+    assert {("README.md", "docs/domain_claim/summary.md"),
+            ("examples/EXPERIMENTS.md", "docs/domain_claim/table.md")} <= seen
     assert {("LABS.md", f"docs/labs/{lab}.md") for lab in lab_results.LABS} <= seen, "LABS.md quotes every lab's table"
     for record in BENCH_RESULTS.glob("*.json"):
-        assert any(path == f"bench/results/{record.stem}.md" for _, path in seen), f"no document quotes {record.stem}.md"
+        assert any(path == f"bench/results/{record.stem}.md" for _, path in seen), \
+            f"no document quotes {record.stem}.md"
     assert {("docs/evaluation.md", "docs/results/minilm.md"), ("docs/evaluation.md", "docs/results/heldout.md")} <= seen
 
 
@@ -206,9 +208,11 @@ def test_the_bench_tables_regenerate_from_their_records(record, tmp_path, capsys
     shutil.copy(BENCH_RESULTS / record, tmp_path / record)
     assert script.main(["--summary", str(tmp_path / record)]) == 0
     capsys.readouterr()
-    assert (tmp_path / record).with_suffix(".md").read_bytes() == (BENCH_RESULTS / record).with_suffix(".md").read_bytes(), \
+    assert (tmp_path / record).with_suffix(".md").read_bytes() \
+        == (BENCH_RESULTS / record).with_suffix(".md").read_bytes(), \
         f"bench/results/{Path(record).stem}.md is stale"
-    assert json.loads((BENCH_RESULTS / record).read_text())["command"].startswith(f"python bench/{bench_script(record)}.py")
+    assert json.loads((BENCH_RESULTS / record).read_text())["command"].startswith(
+        f"python bench/{bench_script(record)}.py")
 
 
 SETTING = r"(?:lr|temperature|deletion|ratio|cutoff|p <) "  # a number after these is a setting, not a result
@@ -231,8 +235,10 @@ def test_the_prose_quotes_the_tables():
                      "docs/ablations.md"):
         text = (ROOT / document).read_text(encoding="utf-8")
         tables = " ".join(t for _, _, t in quoted_tables(text))
-        if document == "docs/ablations.md":  # its tables whole (the test above), without markers; and the raw stand-in's
-            tables = " ".join(p.read_text(encoding="utf-8") for p in [*ABLATIONS.glob("*.md"), ROOT / "docs/results/mini.md"])
+        if document == "docs/ablations.md":  # its tables whole (the test above), without markers;
+            # and the raw stand-in's
+            tables = " ".join(p.read_text(encoding="utf-8")
+                              for p in [*ABLATIONS.glob("*.md"), ROOT / "docs/results/mini.md"])
         settings = " ".join(re.findall(r"```.*?```|`[^`]*`", text, re.S)) + " ".join(
             line for line in text.splitlines() if line.startswith("| ") and "<!--" not in line)
         unquoted = [number for number in prose_numbers(text)

@@ -45,7 +45,8 @@ def test_held_out_text_never_trains_on_a_corpus_with_repeated_lines(tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     lazy_trained, lazy_held = hold_out(open_corpus(path), 20)
-    assert list(lazy_trained) == [" ".join(s.split()) for s in trained] and lazy_held == [" ".join(s.split()) for s in held]
+    assert list(lazy_trained) == [" ".join(s.split()) for s in trained] \
+        and lazy_held == [" ".join(s.split()) for s in held]
     pairs = [(f"premise {i % 7}", f"hypothesis {i}", i % 3) for i in range(50)]  # each premise in about 7 pairs
     trained, held = hold_out(pairs, 3)
     seen = {s for p, h, _ in trained for s in (p, h)}
@@ -125,7 +126,8 @@ def test_a_kill_between_the_two_renames_of_a_save_leaves_a_resumable_run(tiny_mo
     shutil.copytree(run / ".checkpoint.old-4242", run / ".checkpoint.tmp-abcd")  # the new folder, never renamed
     tsdae_train.main(common + ["--out", str(run), "--steps", "6", "--resume"])
     assert logged_steps(run) == [1, 2, 3, 4, 5, 6] and not list(run.glob(".checkpoint*"))
-    assert folder_bytes(run / "model")["model.safetensors"] == folder_bytes(tmp_path / "straight" / "model")["model.safetensors"]
+    assert folder_bytes(run / "model")["model.safetensors"] \
+        == folder_bytes(tmp_path / "straight" / "model")["model.safetensors"]
 
 
 @pytest.fixture(scope="module")

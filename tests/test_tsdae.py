@@ -72,7 +72,8 @@ def test_loss_and_gradients_equal_sentence_transformers(minilm_path, sts_sentenc
 
     dataset = tsdae.DenoisingDataset(sts_sentences[:16], ours.encoder.tokenizer, 75)
     batch = tsdae.collate_pairs([dataset[(0, i)] for i in range(16)])
-    assert (batch["original_mask"] == 0).any() and (batch["damaged_ids"] != batch["original_ids"][:, : batch["damaged_ids"].shape[1]]).any()
+    assert (batch["original_mask"] == 0).any() \
+        and (batch["damaged_ids"] != batch["original_ids"][:, : batch["damaged_ids"].shape[1]]).any()
     loss = ours(batch)
     features = lambda ids, mask: {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
     ref_loss = ref([features(batch["damaged_ids"], batch["damaged_mask"]),
@@ -103,7 +104,8 @@ def test_loss_and_gradients_equal_sentence_transformers(minilm_path, sts_sentenc
                 g = getattr(getattr(layer.cross_attn, ours_name), kind).grad
                 assert (g - g_ref).abs().max() <= 1e-4 * g_ref.abs().max(), (i, ours_name, kind)
         if path == "plain":  # over one key the softmax is 1: q and k get no gradient, here or in the reference
-            assert layer.cross_attn.q.weight.grad.abs().max() < 1e-6 and layer.cross_attn.k.weight.grad.abs().max() < 1e-6
+            assert layer.cross_attn.q.weight.grad.abs().max() < 1e-6 \
+                and layer.cross_attn.k.weight.grad.abs().max() < 1e-6
 
 
 # ---------------------------------------------------------------- tying and the bottleneck
@@ -472,7 +474,8 @@ def test_tiny_model_overfits_16_sentences(tiny_model_dir, small_corpus, tmp_path
 def test_resume_continues_the_same_loss_sequence(tiny_model_dir, small_corpus, tmp_path):
     common = ["--corpus", str(small_corpus), "--model", str(tiny_model_dir), "--batch-size", "4", "--lr", "1e-3"]
     tsdae_train.main(common + ["--out", str(tmp_path / "a"), "--steps", "10"])
-    tsdae_train.main(common + ["--out", str(tmp_path / "b"), "--steps", "6"])  # crosses an epoch boundary (4 steps/epoch)
+    tsdae_train.main(common + ["--out", str(tmp_path / "b"), "--steps", "6"])  # crosses an epoch boundary
+    # (4 steps/epoch)
     tsdae_train.main(common + ["--out", str(tmp_path / "b"), "--steps", "10", "--resume"])
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
     tsdae_train.main(common + ["--out", str(tmp_path / "b"), "--steps", "3", "--overwrite"])  # a fresh run, same folder
@@ -574,7 +577,8 @@ def test_cli_on_default_model_writes_a_sentence_transformers_model(tmp_path, sts
     assert len(losses(tmp_path / "out")) == 8
     ours = SentenceEncoder.from_pretrained(tmp_path / "out" / "model")
     assert ours.pooling == "cls"
-    theirs = SentenceTransformer(str(tmp_path / "out" / "model"), device="cpu").encode(sts_sentences, convert_to_tensor=True)
+    theirs = SentenceTransformer(str(tmp_path / "out" / "model"), device="cpu").encode(sts_sentences,
+                                                                                      convert_to_tensor=True)
     assert F.cosine_similarity(ours.encode(sts_sentences), theirs).min() >= 0.99999
 
 
@@ -656,9 +660,9 @@ def test_every_saved_model_has_a_model_card(copy_run, tiny_model_dir, data_dir, 
     theirs = SentenceTransformer(str(copy_run / "model"), device="cpu").encode(sentences, convert_to_tensor=True)
     assert F.cosine_similarity(ours, theirs).min() >= 0.99999
     out = tmp_path / "run"  # with an evaluation: best/ has a card with its dev score; --log-alignment logs both
-    tsdae_train.main(["--corpus", str(copy_run.parent / "corpus.txt"), "--model", str(tiny_model_dir), "--out", str(out),
-                "--steps", "2", "--batch-size", "3", "--save-every", "0", "--device", "cpu", "--eval-data",
-                str(data_dir), "--eval-every", "1", "--log-alignment"])
+    tsdae_train.main(["--corpus", str(copy_run.parent / "corpus.txt"), "--model", str(tiny_model_dir),
+                "--out", str(out), "--steps", "2", "--batch-size", "3", "--save-every", "0", "--device", "cpu",
+                "--eval-data", str(data_dir), "--eval-every", "1", "--log-alignment"])
     record = json.loads((out / "log.jsonl").read_text().splitlines()[0])
     assert {"eval", "alignment", "uniformity"} <= set(record)
     assert "stsb-dev" in (out / "best" / "README.md").read_text(encoding="utf-8")

@@ -168,7 +168,8 @@ def unrounded(name: str, encoder, split: str, data_dir: Path) -> dict:
     """The oracle's numbers before its round(100 x value, 2)."""
     import useb
 
-    evaluator = useb.evaluator_map[name](lambda texts: encoder.encode(texts), str(data_dir / useb_files.USEB_EVAL / name))
+    evaluator = useb.evaluator_map[name](lambda texts: encoder.encode(texts),
+                                         str(data_dir / useb_files.USEB_EVAL / name))
     evaluator.show = False
     return evaluator._run(split)
 
