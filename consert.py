@@ -5,7 +5,8 @@ each sentence apart from the other sentences of the batch.
     sentence --embed--> view 2 (e.g. token shuffle)  --Transformer layers--> mean pool --+-- NT-Xent
 
 The views are made AT THE EMBEDDING LAYER (§3.2): the words stay the same; the position ids going into
-`Bert.embed`, or its output or (span) the attention mask before `Bert.run_layers`, change (ConSERTLoss.encode).
+`Bert.embed`, or its output or (span) the attention mask before `Bert.run_layers`, change (ConSERTLoss.encode,
+its make_view).
 
 Read top to bottom:
   1. the views (§3.2)                  shuffle, token / feature cutoff, span, dropout, adversarial (FGV)
@@ -230,8 +231,14 @@ class ConSERTLoss(nn.Module):
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, view: View) -> torch.Tensor:
         """One encoder pass under `view` (§3.2): embed, make the view, run the layers, pool. (B, d)"""
         x = self.encoder.bert.embed(input_ids, shuffled_positions(attention_mask) if view.name == "shuffle" else None)
-        x, attention_mask = augment(x, attention_mask, view)  # (B, L, d): the view is made here
+        x, attention_mask = self.make_view(x, attention_mask, view)  # (B, L, d): the view is made here
         return self.layers_and_pool(x, attention_mask)
+
+    def make_view(self, x: torch.Tensor, attention_mask: torch.Tensor,
+                  view: View) -> tuple[torch.Tensor, torch.Tensor]:
+        """The embedding output (B, L, d) and attention mask (B, L) under `view`: augment's (a lab's objective
+        makes one view more here: labs/masked_cutoff.py)."""
+        return augment(x, attention_mask, view)
 
     def layers_and_pool(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The last layer, pooled as the encoder pools (encoder.pooling; commands/consert_train.py builds it with mean

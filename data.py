@@ -101,16 +101,15 @@ class BatchSampler:
         rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(self.count)
         steps, size = len(self), self.batch_size
+        if self.bucketing:  # sorted by length within each pool of POOL_BATCHES batches
+            pool = size * POOL_BATCHES
+            order = np.concatenate([
+                chunk[np.argsort(self.lengths[chunk], kind="stable")]
+                for chunk in np.array_split(order, range(pool, len(order), pool))
+            ])
         cut = lambda k: order[k * size : self.count if k == steps - 1 else (k + 1) * size].tolist()
-        if not self.bucketing:
-            yield from map(cut, range(skip, steps))
-            return
-        pool = size * POOL_BATCHES
-        order = np.concatenate([
-            chunk[np.argsort(self.lengths[chunk], kind="stable")]
-            for chunk in np.array_split(order, range(pool, len(order), pool))
-        ])
-        yield from map(cut, rng.permutation(steps)[skip:])  # the batches in a random order, not by length
+        batches = rng.permutation(steps) if self.bucketing else range(steps)  # buckets: a random order, not by length
+        yield from map(cut, batches[skip:])
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
         """Start `epoch`, skipping its first `skip` steps (what a resumed run has already done)."""

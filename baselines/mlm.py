@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_objective(args: argparse.Namespace) -> MLMLoss:
     """MLMLoss on the encoder of --model (--random-init: of its config, with new weights), its BERT built as
-    speedups/fast.py's PackedBert (the same parameters and numbers, no work on padding) unless --plain."""
+    speedups/fast.py's PackedBert (the same parameters, the same numbers with dropout off, no work on padding)
+    unless --plain."""
     bert_class = Bert if args.plain else fast.PackedBert
     if args.random_init:
         return MLMLoss(random_encoder(args.model, pooling=args.pooling, max_length=args.max_length,

@@ -3,11 +3,12 @@ stage, and the command line (`python consert.py` runs it).
 
   OFFICIAL, stages     the official scripts' settings (yym6472/ConSERT), with the command line's instead
   OfficialAdamW        the official code's AdamW (--optimizer official; with train.linear_schedule_with_warmup)
-  make_parser          every flag
+  with_flags           a stage's settings with the command line's views, lr, epochs, dropout and patience
   main                 read_inputs (lib/datafiles.py: NLI pairs, the official STS sentences), then each stage:
-                       build_encoder, build_objective, prepare_stage, then one call of train.train; a lab of
-                       the contrastive stage (labs/) runs these steps with its own objective
-  stage_loader, held_out_signals, stage_settings, describe   prepare_stage's pieces
+                       build_encoder, build_objective (contrastive_settings), prepare_stage, then one call of
+                       train.train; a lab of the contrastive stage (labs/) runs these steps with its own objective
+  datasets, stage_loader, held_out_signals, stage_settings, describe   prepare_stage's pieces
+  make_parser, parse_args, check_args   every flag, and the combinations refused (a flag that would change nothing)
 """
 from __future__ import annotations
 
@@ -183,7 +184,7 @@ def build_encoder(stage: Stage, model_dir: str | Path | None, args: argparse.Nam
     """The encoder of this stage, mean-pooled as the official training pools, its own dropout on or off."""
     # the official code's tokens per sentence: min(n, --max-length) + 3, of which 2 special (Transformer.py)
     # speedups/fast.py's PackedBert unless --plain or --bucketing (length buckets hold almost no padding: packing
-    # would cost): the same parameters and numbers
+    # would cost): the same parameters, and the same numbers with dropout off
     encoder = experiment.load_encoder(model_dir, pooling="mean", max_length=args.max_length + 3,
                                       bert_class=Bert if args.plain or args.bucketing else fast.PackedBert)
     if not stage.dropout:
@@ -329,9 +330,10 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES, description: str = DESCR
         group.add_argument(f"--{prefix}patience", type=int, help="with an evaluation (--eval-data, "
                            "--heldout, a task from your own file): stop after this many evaluations without a better "
                            "score (default: the official; 0: never)")
-    p.add_argument("--nli-features", default=NLI_FEATURES[0], choices=NLI_FEATURES, metavar="FEATURES",
-                   help=f"the classifier's input, one of two: {NLI_FEATURES[0]} (the official scripts' "
-                        f"--concatenation_sent_max_square) or {NLI_FEATURES[1]} (the paper's and SBERT's)")
+        if prefix:
+            group.add_argument("--nli-features", default=NLI_FEATURES[0], choices=NLI_FEATURES, metavar="FEATURES",
+                               help=f"the classifier's input, one of two: {NLI_FEATURES[0]} (the official scripts' "
+                                    f"--concatenation_sent_max_square) or {NLI_FEATURES[1]} (the paper's and SBERT's)")
     both = p.add_argument_group("both stages")
     both.add_argument("--model", default=None,
                       help=f"a {cli.checkpoint_families()} checkpoint: a local folder or a Hub id "
@@ -382,10 +384,11 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
         p.error(f"--strategy {args.strategy} needs exactly one of --corpus and --sts-corpus")
     if kinds != ["unsup"] and not args.nli:
         p.error(f"--strategy {args.strategy} needs --nli")
+
     def given(*names: str) -> list[str]:  # the flags among `names` given on the command line
         return [f"--{name.replace('_', '-')}" for name in names if getattr(args, name) is not None]
 
-    unused = given("nli_view1", "nli_view2", "nli_rate1", "nli_rate2")
+    nli_view_flags = given("nli_view1", "nli_view2", "nli_rate1", "nli_rate2")
     contrastive_flags = given("corpus", "sts_corpus", "lr", "epochs", "steps", "patience", "view1", "view2", "rate1",
                               "rate2")
     contrastive_flags += given("few_shot") + (["--upsample"] if args.upsample else [])
@@ -393,15 +396,19 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
     if "unsup" not in kinds and contrastive_flags:
         p.error(f"--strategy {args.strategy} has no contrastive stage: {', '.join(contrastive_flags)} would change "
                 "nothing (its NLI stage takes --nli-lr, --nli-epochs, ...)")
-    nli_flags = given("nli", "nli_lr", "nli_epochs", "nli_steps", "nli_patience") + unused
+    nli_flags = given("nli", "nli_lr", "nli_epochs", "nli_steps", "nli_patience") + nli_view_flags
     nli_flags += ["--nli-encoder-dropout"] if args.nli_encoder_dropout != "auto" else []
     nli_flags += ["--nli-features"] if args.nli_features != NLI_FEATURES[0] else []
     if kinds == ["unsup"] and nli_flags:
         p.error(f"--strategy unsup has no NLI stage: {', '.join(nli_flags)} would change nothing (--strategy sup, "
                 "joint, sup-unsup or joint-unsup train on --nli)")
-    if "sup" in kinds and unused:
+    if "sup" in kinds and nli_view_flags:
         p.error(f"--strategy {args.strategy}'s NLI stage trains the classifier alone, with no views: "
-                f"{', '.join(unused)} would change nothing")
+                f"{', '.join(nli_view_flags)} would change nothing")
+    contrastive_loss = ["--temperature"] * (args.temperature != 0.1) + ["--cl-weight"] * (args.cl_weight != 0.15)
+    if kinds == ["sup"] and contrastive_loss:
+        p.error(f"--strategy sup trains the classifier alone, with no contrastive loss: {', '.join(contrastive_loss)} "
+                "would change nothing")
     cli.check_arguments(p, args, positive=("lr", "nli_lr", "temperature"),
                         at_least_one=("epochs", "steps", "nli_epochs", "nli_steps", "batch_size", "eval_every",
                                       "micro_batch"),
@@ -424,7 +431,15 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
         if args.micro_batch and "adversarial" in names and stage.kind != "sup":
             p.error("--micro-batch cannot take the adversarial view: its perturbation is a gradient through the "
                     "whole batch's loss, inside the forward pass")
+    adversarial = any(view.name == "adversarial" for stage in stages(args) for view in stage.views
+                      if stage.kind != "sup")
+    if args.adv_norm != 1.0 and not adversarial:
+        p.error("--adv-norm would change nothing: no view is adversarial")
     cli.check_selection(p, args)
+    selection = given("patience", "nli_patience") + ["--eval-pooling"] * (args.eval_pooling != "mean")
+    if selection and args.eval_task is None:  # (a task without its data: experiment.check_run says so)
+        p.error(f"nothing is evaluated (no --eval-data, --heldout or dev file of your own): {', '.join(selection)} "
+                "would change nothing")
     if args.upsample and not args.few_shot:
         p.error("--upsample repeats the sentences of --few-shot N: give --few-shot too")
     if args.few_shot is not None and args.few_shot < 1:

@@ -92,6 +92,9 @@ def read_examples(args: argparse.Namespace) -> tuple[str, list[tuple]]:
         kind, rows, unused = read_training_file(args.pairs, args.score_range)
         if unused and distributed.rank() == 0:
             print(f"--pairs {args.pairs}: not used: the column{'s' * (len(unused) > 1)} {', '.join(unused)}")
+    if kind != "scored" and (scored_flags := scored_only(args)):
+        raise UsageError(f"--pairs {args.pairs}: {kind} have no scores (they train with in-batch negatives): "
+                         f"{', '.join(scored_flags)} would change nothing")
     if args.sample:
         if args.sample > len(rows):
             raise UsageError(f"--sample {args.sample}: the file has {len(rows)} rows")
@@ -103,6 +106,11 @@ def read_examples(args: argparse.Namespace) -> tuple[str, list[tuple]]:
             raise UsageError(f"--loss cosine: every score is {low}; give --score-range LOW,HIGH")
         rows = [(s1, s2, score) for (s1, s2, _), score in zip(rows, finetune.normalise_scores(scores, low, high))]
     return kind, rows
+
+
+def scored_only(args: argparse.Namespace) -> list[str]:
+    """The flags given that only scored pairs read."""
+    return ["--loss"] * (args.loss != "cosent") + ["--score-range"] * (args.score_range is not None)
 
 
 def build_objective(args: argparse.Namespace) -> finetune.SupervisedLoss:
@@ -177,6 +185,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = cli.parse_args(p, argv, positive=("lr", "scale"),
                         at_least_one=("epochs", "steps", "batch_size", "eval_every", "micro_batch", "sample"))
     cli.check_selection(p, args)
+    if args.nli and scored_only(args):
+        p.error(f"--nli trains triplets, which have no scores: {', '.join(scored_only(args))} would change nothing")
+    if args.loss == "cosine" and args.scale != 20.0:
+        p.error("--scale would change nothing: --loss cosine regresses the cosine itself, with no scale")
     if args.max_length is not None and args.max_length < 3:
         p.error(f"--max-length must be at least 3: the start token, one word, the end token (got {args.max_length})")
     if args.score_range:

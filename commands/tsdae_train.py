@@ -79,11 +79,15 @@ def prepare_run(objective: tsdae.TSDAELoss, loader: torch.utils.data.DataLoader,
 
 def build_objective(args: argparse.Namespace) -> tsdae.TSDAELoss:
     """TSDAELoss on the encoder of --model, the decoder tied to it; under torchrun its loss is the mean over every
-    process's tokens. Built from speedups/fast.py's subclasses (the encoder a PackedBert, its word lookup a
-    SparseGradLookup when tied, the decoder a PackedDecoder: the plain parameters under their names, the same
-    numbers) unless --plain (fast.py replaces pieces of TSDAELoss's own)."""
+    process's tokens. By default built from speedups/fast.py's subclasses: the encoder a PackedBert (its word lookup a
+    SparseGradLookup when tied), the decoder a PackedDecoder, with the plain parameters under their names and the
+    same numbers with dropout off (in training, other draws of the dropout masks). --plain: model.Bert and
+    tsdae.TSDAEDecoder as written."""
     tie = not args.untie
-    bert_class = Bert if args.plain else fast.SparseLookupPackedBert if tie else fast.PackedBert
+    if args.plain:
+        bert_class = Bert
+    else:
+        bert_class = fast.SparseLookupPackedBert if tie else fast.PackedBert
     # with its masked-LM head, if the checkpoint has one: the decoder's head starts from it (TSDAEDecoder)
     encoder = experiment.load_encoder(args.model, pooling=args.pooling, max_length=args.max_length, mlm_head=True,
                                       bert_class=bert_class)

@@ -13,31 +13,26 @@ from lib import cli
 
 def make_parser(lab: str, objective_class: type[ConSERTLoss]) -> cli.ArgumentParser:
     """`python consert.py`'s flags, the views' choices those `objective_class` makes, under the lab's description
-    (its module's docstring) and what the lab accepts of them. Where the objective cannot make the official views,
-    both views default to its first (labs/shared_dropout.py: simcse)."""
+    (its module's docstring) and what the lab accepts of them."""
     names = objective_class.view_names
     what = (f"The run of `python consert.py FLAGS` for its contrastive stage alone (--strategy unsup: the NLI flags "
             f"below are refused), trained by {objective_class.__name__}: --view1 and --view2 among {', '.join(names)}; "
             "not with --micro-batch. consert.py's flags:")
-    p = consert_train.make_parser(names, description=f"{lab}\n\n{what}")
-    if any(view.name not in names for view in consert_train.OFFICIAL["unsup"][0].views):
-        p.set_defaults(view1=names[0], view2=names[0])
-    return p
+    return consert_train.make_parser(names, description=f"{lab}\n\n{what}")
 
 
 def parse_args(argv: list[str] | None, objective_class: type[ConSERTLoss], lab: str = "") -> argparse.Namespace:
     """make_parser's flags, checked as consert_train.parse_args checks them, for --strategy unsup and this objective
     alone (whose views leave out the adversarial one: ConSERTLoss.view_names)."""
     p = make_parser(lab, objective_class)
-    args = consert_train.check_args(p, p.parse_args(argv))
-    name = objective_class.__name__
+    args, name = p.parse_args(argv), objective_class.__name__
     if args.strategy != "unsup":
         p.error(f"{name} is a lab of the contrastive stage: --strategy unsup only (got {args.strategy})")
-    (stage,) = consert_train.stages(args)
+    (stage,) = consert_train.stages(consert_train.check_args(p, args))
     try:
         check_views(stage.views, objective_class.view_names)
     except ValueError as e:
-        p.error(f"{name}: {e}")
+        p.error(f"{name}: {e}" + ("" if args.view1 or args.view2 else " (the official views: give --view1, --view2)"))
     if args.micro_batch:
         p.error(f"{name} is a lab of ConSERTLoss itself: not with --micro-batch (the cached gradient chunks "
                 "ConSERT's own objective)")

@@ -32,16 +32,15 @@ def masked_token_cutoff(x: torch.Tensor, attention_mask: torch.Tensor,
 
 
 class MaskedCutoffConSERTLoss(ConSERTLoss):
-    """consert.ConSERTLoss that also makes the view token_cutoff_masked; every other view as ConSERTLoss.encode."""
+    """consert.ConSERTLoss that also makes the view token_cutoff_masked; every other view as ConSERTLoss.make_view."""
 
     view_names = (*ConSERTLoss.view_names, "token_cutoff_masked")
 
-    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, view: View) -> torch.Tensor:
-        if view.name != "token_cutoff_masked":
-            return super().encode(input_ids, attention_mask, view)
-        x = self.encoder.bert.embed(input_ids)  # (B, L, d)
-        x, attention_mask = masked_token_cutoff(x, attention_mask, view.rate)  # the view, made here
-        return self.layers_and_pool(x, attention_mask)  # (B, d)
+    def make_view(self, x: torch.Tensor, attention_mask: torch.Tensor,
+                  view: View) -> tuple[torch.Tensor, torch.Tensor]:
+        if view.name == "token_cutoff_masked":
+            return masked_token_cutoff(x, attention_mask, view.rate)  # x (B, L, d), the mask (B, L) without the cut
+        return super().make_view(x, attention_mask, view)
 
 
 def make_parser() -> cli.ArgumentParser:

@@ -23,7 +23,8 @@ from lib import cli
 
 class SharedDropoutConSERTLoss(ConSERTLoss):
     """consert.ConSERTLoss (the unsupervised objective) whose forward compares one pass with itself. (In a joint
-    stage both simcse views are already the one unaugmented pass: consert.AdversarialConSERTLoss.vectors.)"""
+    stage both simcse views would already be the one unaugmented pass, consert.AdversarialConSERTLoss.vectors:
+    consert_train.check_args refuses that pair there.)"""
 
     view_names = ("simcse",)  # both views simcse: ConSERTLoss.__init__ (and labs/contrastive.parse_args) refuse others
 
@@ -42,8 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python labs/shared_dropout.py FLAGS`: the run of `python consert.py --view1 simcse --view2 simcse FLAGS`
-    (--strategy unsup), trained by this objective (both views simcse, the default here)."""
+    """`python labs/shared_dropout.py --view1 simcse --view2 simcse FLAGS`: the run of `python consert.py` with the
+    same flags (--strategy unsup), trained by this objective."""
     return contrastive.main(argv, SharedDropoutConSERTLoss, __doc__)
 
 

@@ -518,12 +518,12 @@ def test_scale_reaches_the_fine_tuning_loss(tiny_model_dir, tmp_path):
 
 
 def test_patience_reaches_each_consert_stage(small_corpus):
-    unsup = consert_train.parse_args(["--corpus", str(small_corpus), "--patience", "3"])
+    unsup = consert_train.parse_args(["--corpus", str(small_corpus), "--patience", "3", "--heldout", "5"])
     assert [stage.patience for stage in consert_train.stages(unsup)] == [3]
     assert [stage.patience
             for stage in consert_train.stages(consert_train.parse_args(["--corpus", str(small_corpus)]))] == [10]
     two = consert_train.parse_args(["--corpus", str(small_corpus), "--nli", "x.jsonl", "--strategy", "sup-unsup",
-                                    "--patience", "4", "--nli-patience", "2"])
+                                    "--patience", "4", "--nli-patience", "2", "--heldout", "5"])
     assert [stage.patience for stage in consert_train.stages(two)] == [2, 4]  # the NLI stage's,
     # then the unlabelled one's
 

@@ -631,6 +631,14 @@ def test_bad_input_gets_one_line_error_from_the_cli(nli, message, tmp_path, tiny
     (["--strategy", "joint", "--nli", "x", "--nli-view1", "none", "--nli-rate1", "0.2"], "--nli-rate1 would change"),
     (["--strategy", "sup", "--nli", "x", "--few-shot", "100"], "no contrastive stage: --few-shot"),
     (["--strategy", "joint", "--nli", "x", "--few-shot", "100", "--upsample"], "--few-shot, --upsample would"),
+    (["--strategy", "sup", "--nli", "x", "--temperature", "0.05"], "no contrastive loss: --temperature would"),
+    (["--strategy", "sup", "--nli", "x", "--cl-weight", "1"], "no contrastive loss: --cl-weight would"),
+    (["--corpus", "x", "--adv-norm", "0.5"], "--adv-norm would change nothing: no view is adversarial"),
+    (["--strategy", "sup", "--nli", "x", "--adv-norm", "0.5"], "--adv-norm would change nothing"),
+    (["--corpus", "x", "--patience", "3"], "nothing is evaluated (no --eval-data, --heldout or dev file of your own): "
+                                           "--patience would change nothing"),
+    (["--corpus", "x", "--eval-pooling", "last2-mean"], "nothing is evaluated"),
+    (["--corpus", "x", "--log-alignment"], "--log-alignment logs on STS-b dev in --eval-data: give --eval-data too"),
 ])
 def test_flag_combinations_are_checked(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:

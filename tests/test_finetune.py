@@ -429,6 +429,26 @@ def test_a_one_line_error_that_echoes_a_4_kb_header_is_cut_to_its_start_and_end(
 
 
 @pytest.mark.quick
+def test_a_flag_that_nothing_reads_for_the_data_given_is_refused(tmp_path, capsys):
+    """--loss and --score-range act on scored pairs alone, --scale on in-batch negatives and CoSENT: each given
+    where nothing would read it is refused in one line, before a model is loaded."""
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("anchor\tpositive\na\tb\nc\td\n", encoding="utf-8")
+    for flags in (["--loss", "cosine"], ["--score-range", "0,5"]):
+        message = one_line_error("--pairs", pairs, *flags, "--out", tmp_path / "out")
+        assert message == (f"error: --pairs {pairs}: pairs have no scores (they train with in-batch negatives): "
+                           f"{flags[0]} would change nothing")
+    for argv, expected in ((["--nli", "x.jsonl", "--loss", "cosine"], "--nli trains triplets, which have no scores: "
+                                                                      "--loss would change nothing"),
+                           (["--nli", "x.jsonl", "--score-range", "0,5"], "--score-range would change nothing"),
+                           (["--pairs", "x.tsv", "--loss", "cosine", "--scale", "10"], "--scale would change nothing")):
+        with pytest.raises(SystemExit) as stopped:
+            finetune_train.parse_args(argv)
+        assert stopped.value.code == 2 and expected in capsys.readouterr().err, argv
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.quick
 @pytest.mark.parametrize("loss", ["cosine", "cosent"])
 def test_a_score_outside_the_score_range_is_refused_with_its_line(tmp_path, loss):
     path = tmp_path / "scored.tsv"
