@@ -325,8 +325,9 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES, description: str = DESCR
                                                                 "ignored when the steps are given)")
         group.add_argument(f"--{prefix}steps", type=int, help="optimiser steps (default: the epochs' batches)")
         group.add_argument(f"--{prefix}encoder-dropout", default="auto", choices=["auto", "on", "off"],
-                           help="BERT's own dropout; auto: the official (off for --strategy unsup, on in every "
-                                "stage of the others), always on when a view is simcse")
+                           help="BERT's own dropout; auto: the official (" + ("on in every NLI stage" if prefix else
+                                "off for --strategy unsup, on in the stage 2 of sup-unsup / joint-unsup")
+                                + "), always on when a view is simcse")
         group.add_argument(f"--{prefix}patience", type=int, help="with an evaluation (--eval-data, "
                            "--heldout, a task from your own file): stop after this many evaluations without a better "
                            "score (default: the official; 0: never)")
@@ -405,7 +406,8 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
     if "sup" in kinds and nli_view_flags:
         p.error(f"--strategy {args.strategy}'s NLI stage trains the classifier alone, with no views: "
                 f"{', '.join(nli_view_flags)} would change nothing")
-    contrastive_loss = ["--temperature"] * (args.temperature != 0.1) + ["--cl-weight"] * (args.cl_weight != 0.15)
+    changed = lambda name: getattr(args, name) != p.get_default(name)  # given, with another value than the default
+    contrastive_loss = ["--temperature"] * changed("temperature") + ["--cl-weight"] * changed("cl_weight")
     if kinds == ["sup"] and contrastive_loss:
         p.error(f"--strategy sup trains the classifier alone, with no contrastive loss: {', '.join(contrastive_loss)} "
                 "would change nothing")
@@ -433,13 +435,17 @@ def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse
                     "whole batch's loss, inside the forward pass")
     adversarial = any(view.name == "adversarial" for stage in stages(args) for view in stage.views
                       if stage.kind != "sup")
-    if args.adv_norm != 1.0 and not adversarial:
+    if changed("adv_norm") and not adversarial:
         p.error("--adv-norm would change nothing: no view is adversarial")
     cli.check_selection(p, args)
-    selection = given("patience", "nli_patience") + ["--eval-pooling"] * (args.eval_pooling != "mean")
+    selection = given("patience", "nli_patience") + ["--eval-pooling"] * changed("eval_pooling")
     if selection and args.eval_task is None:  # (a task without its data: experiment.check_run says so)
         p.error(f"nothing is evaluated (no --eval-data, --heldout or dev file of your own): {', '.join(selection)} "
                 "would change nothing")
+    if args.bad_lines != "error" and not (args.corpus or args.nli):
+        p.error("--bad-lines would change nothing: --sts-corpus reads the evaluation sets, which are clean")
+    if args.plain and args.bucketing:
+        p.error("--plain would change nothing: with --bucketing the encoder is model.Bert already (build_encoder)")
     if args.upsample and not args.few_shot:
         p.error("--upsample repeats the sentences of --few-shot N: give --few-shot too")
     if args.few_shot is not None and args.few_shot < 1:

@@ -82,8 +82,8 @@ def fit_decay_steps(rows: int, args: argparse.Namespace) -> int | None:
 
 def read_examples(args: argparse.Namespace) -> tuple[str, list[tuple]]:
     """(kind, rows): the rows of --pairs as lib.datafiles.read_training_file reads them (the columns it does not
-    read named in one line; a score outside --score-range refused), or the NLI triples of --nli; with --sample K,
-    K of them drawn at random; with --loss cosine, the scores mapped to [0, 1]."""
+    read named in one line; a score outside --score-range refused), or the NLI triples of --nli; with --loss cosine,
+    the scores mapped to [0, 1]; with --sample K, K of them drawn at random."""
     if args.nli:
         kind, rows = "triplets", nli_triplets(read_nli(args.nli, args.bad_lines))
         if not rows:
@@ -95,16 +95,16 @@ def read_examples(args: argparse.Namespace) -> tuple[str, list[tuple]]:
     if kind != "scored" and (scored_flags := scored_only(args)):
         raise UsageError(f"--pairs {args.pairs}: {kind} have no scores (they train with in-batch negatives): "
                          f"{', '.join(scored_flags)} would change nothing")
-    if args.sample:
-        if args.sample > len(rows):
-            raise UsageError(f"--sample {args.sample}: the file has {len(rows)} rows")
-        rows = random.Random(args.seed).sample(rows, args.sample)
-    if kind == "scored" and args.loss == "cosine":
+    if kind == "scored" and args.loss == "cosine":  # the whole file's range, whatever --sample draws
         scores = [score for *_, score in rows]
         low, high = args.score_range or (min(scores), max(scores))
         if not low < high:
             raise UsageError(f"--loss cosine: every score is {low}; give --score-range LOW,HIGH")
         rows = [(s1, s2, score) for (s1, s2, _), score in zip(rows, finetune.normalise_scores(scores, low, high))]
+    if args.sample:
+        if args.sample > len(rows):
+            raise UsageError(f"--sample {args.sample}: the file has {len(rows)} rows")
+        rows = random.Random(args.seed).sample(rows, args.sample)
     return kind, rows
 
 
@@ -185,9 +185,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = cli.parse_args(p, argv, positive=("lr", "scale"),
                         at_least_one=("epochs", "steps", "batch_size", "eval_every", "micro_batch", "sample"))
     cli.check_selection(p, args)
+    if args.pairs and args.bad_lines != "error":
+        p.error("--bad-lines would change nothing: it acts on --nli's lines (a --pairs file must be valid UTF-8)")
     if args.nli and scored_only(args):
         p.error(f"--nli trains triplets, which have no scores: {', '.join(scored_only(args))} would change nothing")
-    if args.loss == "cosine" and args.scale != 20.0:
+    if args.loss == "cosine" and args.scale != p.get_default("scale"):
         p.error("--scale would change nothing: --loss cosine regresses the cosine itself, with no scale")
     if args.max_length is not None and args.max_length < 3:
         p.error(f"--max-length must be at least 3: the start token, one word, the end token (got {args.max_length})")

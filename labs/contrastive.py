@@ -15,8 +15,9 @@ def make_parser(lab: str, objective_class: type[ConSERTLoss]) -> cli.ArgumentPar
     """`python consert.py`'s flags, the views' choices those `objective_class` makes, under the lab's description
     (its module's docstring) and what the lab accepts of them."""
     names = objective_class.view_names
+    among = f"among {', '.join(names)}" if len(names) > 1 else f"both {names[0]}"
     what = (f"The run of `python consert.py FLAGS` for its contrastive stage alone (--strategy unsup: the NLI flags "
-            f"below are refused), trained by {objective_class.__name__}: --view1 and --view2 among {', '.join(names)}; "
+            f"below are refused), trained by {objective_class.__name__}: --view1 and --view2 {among}; "
             "not with --micro-batch. consert.py's flags:")
     return consert_train.make_parser(names, description=f"{lab}\n\n{what}")
 

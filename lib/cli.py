@@ -228,6 +228,8 @@ def check_selection(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         args.eval_task = "stsb-dev" if args.eval_data else "heldout-loss" if args.heldout else None
     if (args.eval_task or "").startswith("heldout-") and not args.heldout:
         p.error(f"--eval-task {args.eval_task} needs --heldout N, the corpus lines to keep out of training (e.g. 1000)")
+    if args.eval_task is None and args.eval_every != p.get_default("eval_every"):
+        p.error("--eval-every would change nothing: nothing is evaluated (no --eval-data, --heldout or --eval-task)")
     if args.log_alignment and not args.eval_data:
         p.error("--log-alignment logs on STS-b dev in --eval-data: give --eval-data too")
 

@@ -639,6 +639,9 @@ def test_bad_input_gets_one_line_error_from_the_cli(nli, message, tmp_path, tiny
                                            "--patience would change nothing"),
     (["--corpus", "x", "--eval-pooling", "last2-mean"], "nothing is evaluated"),
     (["--corpus", "x", "--log-alignment"], "--log-alignment logs on STS-b dev in --eval-data: give --eval-data too"),
+    (["--corpus", "x", "--eval-every", "50"], "--eval-every would change nothing: nothing is evaluated"),
+    (["--sts-corpus", "data", "--bad-lines", "skip"], "--bad-lines would change nothing: --sts-corpus"),
+    (["--corpus", "x", "--bucketing", "--plain"], "--plain would change nothing: with --bucketing"),
 ])
 def test_flag_combinations_are_checked(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:

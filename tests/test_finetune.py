@@ -441,11 +441,29 @@ def test_a_flag_that_nothing_reads_for_the_data_given_is_refused(tmp_path, capsy
     for argv, expected in ((["--nli", "x.jsonl", "--loss", "cosine"], "--nli trains triplets, which have no scores: "
                                                                       "--loss would change nothing"),
                            (["--nli", "x.jsonl", "--score-range", "0,5"], "--score-range would change nothing"),
-                           (["--pairs", "x.tsv", "--loss", "cosine", "--scale", "10"], "--scale would change nothing")):
+                           (["--pairs", "x.tsv", "--loss", "cosine", "--scale", "10"], "--scale would change nothing"),
+                           (["--pairs", "x.tsv", "--bad-lines", "skip"], "--bad-lines would change nothing"),
+                           (["--pairs", "x.tsv", "--eval-every", "7"], "--eval-every would change nothing")):
         with pytest.raises(SystemExit) as stopped:
             finetune_train.parse_args(argv)
         assert stopped.value.code == 2 and expected in capsys.readouterr().err, argv
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.quick
+def test_cosine_targets_are_mapped_by_the_whole_files_range_whatever_sample_draws(tmp_path):
+    """--loss cosine without --score-range maps the scores by the file's lowest and highest, as its help says: a
+    --sample K that misses the highest row maps each score as the full file does."""
+    path = tmp_path / "scored.tsv"
+    path.write_text("sentence1\tsentence2\tscore\na\tb\t0\nc\td\t1\ne\tf\t2\ng\th\t5\n", encoding="utf-8")
+    missed_the_top = 0
+    for seed in range(8):
+        args = finetune_train.parse_args(["--pairs", str(path), "--loss", "cosine", "--sample", "3",
+                                          "--seed", str(seed)])
+        _, rows = finetune_train.read_examples(args)
+        assert {(s1, score) for s1, _, score in rows} <= {("a", 0.0), ("c", 0.2), ("e", 0.4), ("g", 1.0)}, seed
+        missed_the_top += "g" not in [s1 for s1, _, _ in rows]
+    assert missed_the_top  # a draw without the score 5 (what a mapping by the drawn rows would get wrong)
 
 
 @pytest.mark.quick

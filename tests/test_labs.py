@@ -254,7 +254,7 @@ def test_a_labs_help_opens_with_the_lab_and_what_it_accepts(lab):
     assert opening.startswith(lab.__doc__.splitlines()[0])  # the lab
     if lab in (masked_cutoff, shared_dropout):
         objective_class = {masked_cutoff: MaskedCutoffConSERTLoss, shared_dropout: SharedDropoutConSERTLoss}[lab]
-        said = re.search(r"--view1 and --view2 among ([\w, ]+);", " ".join(text.split())).group(1).split(", ")
+        said = re.search(r"--view1 and --view2 (?:among|both) ([\w, ]+);", " ".join(text.split())).group(1).split(", ")
         assert said == list(objective_class.view_names) and "adversarial" not in said
         assert "--strategy unsup" in " ".join(text.split())
         for view in said:
