@@ -258,8 +258,8 @@ class Bert(nn.Module):
         self.layers = nn.ModuleList([layer_class(cfg, self.attention_class, i)
                                      for i in range(cfg.num_hidden_layers)])
         self.relative_bias = RelativePositionBias(cfg) if cfg.relative_attention_num_buckets else None
-        self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps,
-                                       bias=cfg.bias) if cfg.norm_first else None
+        self.final_norm = (nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=cfg.bias)
+                           if cfg.norm_first else None)
         self.mlm_head = MLMHead(cfg) if with_mlm_head else None
         self.apply(init_weights)
 

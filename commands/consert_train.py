@@ -326,7 +326,7 @@ def make_parser(view_names: Sequence[str] = VIEW_NAMES, description: str = DESCR
         group.add_argument(f"--{prefix}steps", type=int, help="optimiser steps (default: the epochs' batches)")
         group.add_argument(f"--{prefix}encoder-dropout", default="auto", choices=["auto", "on", "off"],
                            help="BERT's own dropout; auto: the official (" + ("on in every NLI stage" if prefix else
-                                "off for --strategy unsup, on in the stage 2 of sup-unsup / joint-unsup")
+                                "off for --strategy unsup, on in stage 2 of sup-unsup / joint-unsup")
                                 + "), always on when a view is simcse")
         group.add_argument(f"--{prefix}patience", type=int, help="with an evaluation (--eval-data, "
                            "--heldout, a task from your own file): stop after this many evaluations without a better "

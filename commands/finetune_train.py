@@ -149,9 +149,8 @@ def make_parser() -> cli.ArgumentParser:
                      help="the range the scores come from (a score outside it is refused); with --loss cosine "
                           "mapped to [0, 1] (default: the file's lowest and highest score; STS-b: 0,5)")
     src.add_argument("--sample", type=int, metavar="K",
-                     help="draw K rows at random (by --seed) from the file, "
-                          "before --heldout keeps its N of them out: how "
-                          "far do K labels go?")
+                     help="draw K rows at random (by --seed) from the file, before --heldout keeps its N of them "
+                          "out: how far do K labels go?")
     p.add_argument("--model", default=None,
                    help="the encoder to start from: a run's model/ folder (e.g. runs/tsdae/model), a checkpoint folder "
                         "or a Hub id (default: the shipped all-MiniLM-L6-v2)")
