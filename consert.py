@@ -236,8 +236,7 @@ class ConSERTLoss(nn.Module):
 
     def make_view(self, x: torch.Tensor, attention_mask: torch.Tensor,
                   view: View) -> tuple[torch.Tensor, torch.Tensor]:
-        """The embedding output (B, L, d) and attention mask (B, L) under `view`: augment's (a lab's objective
-        makes one view more here: labs/masked_cutoff.py)."""
+        """The embedding output (B, L, d) and attention mask (B, L) under `view`, as augment makes them."""
         return augment(x, attention_mask, view)
 
     def layers_and_pool(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
