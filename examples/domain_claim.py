@@ -18,7 +18,8 @@ its length, and a curve grows by resuming with a larger --steps), each with its 
            so that the two contrastive arms differ only in their views, mean pooling
 Departures, all for the same budget and a curve that resumes: batch 8 for every arm (the paper's SimCSE: 512;
 ConSERT: 96), a constant lr (ConSERT's official schedule warms up and decays over the run: consert.py --schedule
-constant), and 20,000 steps at most where the paper trains 100,000.
+constant), and 30,000 steps at most (the length of the paper's tuning runs, app. A) where its final models train
+100,000.
 
     python examples/domain_claim.py --dry-run       # every command, and the cost estimate
     python examples/domain_claim.py                 # run what is not done yet (resumable), then the tables
@@ -54,7 +55,7 @@ from results import twitter_sentences
 METHODS = ("tsdae", "mlm", "simcse", "consert")
 NAMES = {"raw": "no training", "tsdae": "TSDAE", "mlm": "MLM", "simcse": "SimCSE", "consert": "ConSERT"}
 STARTS = {"standin": "raw bert-mini stand-in", "minilm": "all-MiniLM-L6-v2 checkpoint"}
-STEPS = {"standin": (500, 1000, 2000, 5000, 10000, 20000), "minilm": (150, 500, 1000, 2000, 5000, 10000)}
+STEPS = {"standin": (500, 1000, 2000, 5000, 10000, 20000, 30000), "minilm": (150, 500, 1000, 2000, 5000, 10000)}
 METRICS = {"twitterpara": "TwitterPara AP", "stsb": "STS-b test Spearman"}
 # Seconds per training step of 8 and per evaluation on 2 CPU cores: the estimate before a run (the measured cost is
 # in each scores file, "seconds", and in the table's last lines).
@@ -62,6 +63,7 @@ STEP_COST = {("standin", "tsdae"): 0.1, ("standin", "mlm"): 0.05, ("standin", "s
              ("standin", "consert"): 0.06, ("minilm", "tsdae"): 0.25, ("minilm", "mlm"): 0.12,
              ("minilm", "simcse"): 0.15, ("minilm", "consert"): 0.15}
 EVAL_COST = {"standin": 25, "minilm": 45}
+MIN_SEEDS = 3  # a verdict, and the README's row of a method, at the last step with this many seeds or more
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -222,17 +224,17 @@ def curve_table(found: dict, start: str, metric: str, seeds: list[int]) -> str:
 
 def last_step(found: dict, start: str, seeds: list[int], methods: tuple[str, ...] = METHODS
               ) -> tuple[int, list[int]] | None:
-    """The last step at which each of `methods` has at least two of the same seeds scored, and those seeds."""
+    """The last step at which each of `methods` has at least MIN_SEEDS of the same seeds scored, and those seeds."""
     for step in reversed(STEPS[start]):
         common = [s for s in seeds if all(s in found.get((start, m, step), {}) for m in methods)]
-        if len(common) >= 2:
+        if len(common) >= MIN_SEEDS:
             return step, common
     return None
 
 
 def verdict_table(found: dict, start: str, seeds: list[int]) -> str:
-    """TSDAE - each other method at the last step both reached with two seeds or more, per seed, on TwitterPara AP
-    and STS-b test, with the verdict (and, for STS-b, the verdict on dev)."""
+    """TSDAE - each other method at the last step both reached with MIN_SEEDS seeds or more, per seed, on TwitterPara
+    AP and STS-b test, with the verdict (and, for STS-b, the verdict on dev)."""
     lines = ["| TSDAE - | at step (seeds) | TwitterPara AP per seed (mean) | verdict | STS-b test per seed (mean) "
              "| verdict (test; dev) |", "| --- | --- | --- | --- | --- | --- |"]
     for other in METHODS[1:]:
@@ -250,7 +252,9 @@ def verdict_table(found: dict, start: str, seeds: list[int]) -> str:
                 shown += f"; dev: {verdict(dev)}"
             row += [per_seed(test), shown]
         lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines) if len(lines) > 2 else "(no method has two seeds at a step TSDAE reached: no verdict)"
+    if len(lines) == 2:
+        return f"(no method has {MIN_SEEDS} seeds at a step TSDAE reached: no verdict)"
+    return "\n".join(lines)
 
 
 def cost_line(found: dict, start: str) -> str:
@@ -271,8 +275,8 @@ def cost_line(found: dict, start: str) -> str:
 
 
 def summary(found: dict, args: argparse.Namespace) -> str:
-    """The README's table: per start, the untrained checkpoint and each method at the last step it reached with two
-    seeds or more (its verdicts against TSDAE: the table's), on both metrics."""
+    """The README's table: per start, the untrained checkpoint and each method at the last step it reached with
+    MIN_SEEDS seeds or more (its verdicts against TSDAE: the table's), on both metrics."""
     lines = []
     for start in args.starts:
         last = {m: last_step(found, start, args.seeds, (m,)) for m in METHODS}
@@ -289,7 +293,7 @@ def summary(found: dict, args: argparse.Namespace) -> str:
         for method, (step, seeds) in ((m, at) for m, at in last.items() if at):
             cells = [mean_sd(values(found, start, method, step, seeds, metric)) for metric in METRICS]
             lines.append(f"| {NAMES[method]} | {step} ({', '.join(map(str, seeds))}) | {cells[0]} | {cells[1]} |")
-    return "\n".join(lines) or "(no method has two seeds at a step yet)"
+    return "\n".join(lines) or f"(no method has {MIN_SEEDS} seeds at a step yet)"
 
 
 def text_of(found: dict, args: argparse.Namespace) -> str:
@@ -331,13 +335,14 @@ def figure(found: dict, args: argparse.Namespace, path: Path) -> None:
                         steps.append(max(step, 50))  # step 0 drawn at 50 on the log axis
                         means.append(statistics.mean(scored))
                         sds.append(statistics.stdev(scored) if len(scored) > 1 else 0.0)
-                if steps:
+                if len(steps) > 1:  # a method not trained from this start: no line
                     line, = ax.plot(steps, means, marker="o", label=NAMES[method])
                     ax.fill_between(steps, [m - s for m, s in zip(means, sds)], [m + s for m, s in zip(means, sds)],
                                     color=line.get_color(), alpha=0.2)
             ax.set_xscale("log")
             ax.set_xticks([50, *STEPS[start]], ["0", *(f"{s // 1000}k" if s >= 1000 else str(s) for s in STEPS[start])])
             ax.minorticks_off()
+            ax.tick_params(axis="x", labelsize=8)  # 20k and 30k lie close on the log axis
             ax.set_xlabel("training steps of 8 sentences (log scale; untrained at 0)")
             ax.set_ylabel(f"{name} x 100")
             ax.set_title(f"{name}, from the {STARTS[start]}")
