@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 import arms
 from arms import gather, mean_sd, per_seed, publish, training, verdict
 from lib import cli
+from lib.run import read_progress
 from lib.weights import default_model_path
 from results import twitter_sentences
 
@@ -146,13 +147,19 @@ def evaluation(model: str, folder: Path, args: argparse.Namespace, *more: str) -
 
 
 def run_points(todo: list[Point], dry_run: bool, threads: int = 2) -> None:
-    """The cost estimate, then each point: train (resuming the arm), evaluate, and its scores file written from the
-    run folder (arms.gather) with the training's seconds; a failed command stops the script (rerun to resume)."""
-    cost = sum(EVAL_COST[p.start] + (STEP_COST[(p.start, p.method)] * (p.step - done_before(p)) if p.train else 0)
-               for p in todo)
+    """The cost estimate, then each point: train (resuming the arm's run from its checkpoint), evaluate, and its
+    scores file written from the run folder (arms.gather) with the step its training started from and the seconds it
+    took; a failed command stops the script (rerun to resume)."""
+    at = {p.folder: checkpoint_step(p.folder) for p in todo if p.train}  # where each arm's run stands
+    cost = 0.0
+    for p in todo:
+        cost += EVAL_COST[p.start]
+        if p.train:
+            cost += STEP_COST[(p.start, p.method)] * (p.step - at[p.folder])
+            at[p.folder] = p.step
     print(f"{len(todo)} points to score, about {cost / 60:.0f} minutes on 2 CPU cores")
     for p in todo:
-        seconds = 0.0
+        seconds, from_step = 0.0, checkpoint_step(p.folder)
         for command in p.commands():
             shown = "python " + " ".join(command[1:])
             if dry_run:
@@ -166,15 +173,16 @@ def run_points(todo: list[Point], dry_run: bool, threads: int = 2) -> None:
         if not dry_run:
             record = gather(p.folder)
             if p.train:
-                record.update(step=p.step, from_step=done_before(p), seconds=round(seconds, 1), threads=threads)
+                record.update(step=p.step, from_step=from_step, seconds=round(seconds, 1), threads=threads)
             p.scores.parent.mkdir(parents=True, exist_ok=True)
             p.scores.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
-def done_before(p: Point) -> int:
-    """The step the arm's run stood at before this point's training: the step before in STEPS (0 at the first)."""
-    steps = STEPS[p.start]
-    return 0 if p.step == steps[0] else steps[steps.index(p.step) - 1]
+def checkpoint_step(folder: Path) -> int:
+    """The step an arm's run stands at, where its next training resumes: its checkpoint's, 0 without one (a run
+    whose checkpoint is gone trains from the start)."""
+    state = read_progress(folder / "checkpoint")
+    return state.step if state else 0
 
 
 # ----------------------------------------------------------------------------

@@ -351,3 +351,25 @@ def test_the_domain_claim_tables_from_saved_scores(tmp_path, capsys):
     assert "| TSDAE | 1000 (0, 1, 2) | 72.00 ± 1.00 | 39.00 ± 1.00 |" in summary
     assert "| ConSERT | 500 (0, 1, 2, 3) | 71.50 ± 1.29 | 38.50 ± 1.29 |" in summary
     assert (results / "curves.png").exists() or importlib.util.find_spec("matplotlib") is None
+
+
+def test_a_domain_claim_point_records_the_step_its_training_started_from(tmp_path, capsys):
+    """A point's training resumes from its arm's checkpoint, or starts afresh where the checkpoint is gone: its
+    scores file says the step it started from, and the estimate counts the steps from there (0.24 s a TSDAE step)."""
+    fake = tmp_path / "fake.py"  # trains nothing; the evaluation writes eval.json
+    fake.write_text("import sys, pathlib\npathlib.Path(sys.argv[sys.argv.index('--out') + 1], 'eval.json')"
+                    ".write_text('{\"twitterpara\": 70.0}')\n")
+    folder = tmp_path / "standin-tsdae-s2"
+    point = domain_claim.Point("standin", "tsdae", 2, 30000, tmp_path / "scores.json", folder, (str(fake), []),
+                               [sys.executable, str(fake), "--out", str(folder)])
+    folder.mkdir()
+    domain_claim.run_points([point], dry_run=True)
+    assert capsys.readouterr().out.startswith("1 points to score, about 120 minutes")  # 30,000 steps: no checkpoint
+    (folder / "checkpoint").mkdir()
+    (folder / "checkpoint" / "progress.json").write_text(json.dumps({"steps": 30000, "step": 21003}))
+    domain_claim.run_points([point], dry_run=True)
+    assert capsys.readouterr().out.startswith("1 points to score, about 36 minutes")  # 8997 steps
+    domain_claim.run_points([point], dry_run=False, threads=1)
+    record = json.loads((tmp_path / "scores.json").read_text())
+    assert record["from_step"] == 21003 and record["step"] == 30000 and record["threads"] == 1
+    assert record["eval"] == {"twitterpara": 70.0}
