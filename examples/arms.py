@@ -25,6 +25,7 @@ from pathlib import Path
 from scipy import stats
 
 from lib import cli
+from lib.run import read_progress
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,10 +88,9 @@ def gather(folder: Path) -> dict:
             scores["smallest_grad_norm"] = min(norms)
         if evals:  # the last held-out evaluation, and the step of best/ (the score progress.json kept as the best)
             scores["eval_last"] = evals[-1]["eval"]
-            progress = folder / "checkpoint" / "progress.json"
-            best = json.loads(progress.read_text()).get("best") if progress.exists() else None
-            if best is not None:
-                scores["best_step"] = next(r["step"] for r in evals if r["eval"] == best)
+            state = read_progress(folder / "checkpoint")
+            if state is not None and state.best is not None:
+                scores["best_step"] = next(r["step"] for r in evals if r["eval"] == state.best)
     return scores
 
 

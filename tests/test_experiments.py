@@ -229,7 +229,8 @@ def test_the_readme_runs_gather_and_summarise(tmp_path, capsys):
                                               for i in range(1, 11)) + json.dumps({"step": 5, "eval": 2.0}) + "\n"
                                       + json.dumps({"step": 10, "eval": 3.0}) + "\n")
     (folder / "checkpoint").mkdir()
-    (folder / "checkpoint" / "progress.json").write_text(json.dumps({"best": 2.0}))  # lower is better: a loss
+    (folder / "checkpoint" / "progress.json").write_text(  # lower is better: a loss
+        json.dumps({"steps": 10, "step": 10, "best": 2.0, "done": True}))
     assert arms.gather(folder)["loss"] == {"first": 9.0, "last": 0.0, "final": 0.0, "steps": 10}
     assert arms.gather(folder)["smallest_grad_norm"] == 2.0 and arms.gather(folder)["eval_last"] == 3.0
     assert arms.gather(folder)["best_step"] == 5
