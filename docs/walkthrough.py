@@ -680,9 +680,15 @@ sim_after, loss_after = similarity(a1, a2), consert.nt_xent(a1, a2, TEMPERATURE)
 
 cmap = plt.get_cmap("magma").with_extremes(bad="lightgrey")
 positives = torch.arange(2 * n).roll(n)
+is_positive = torch.zeros(2 * n, 2 * n, dtype=torch.bool)
+is_positive[range(2 * n), positives] = True
+negatives = ~is_positive & ~torch.eye(2 * n, dtype=torch.bool)
+means = []  # printed below the figure
 fig, axes = plt.subplots(1, 2, figsize=(7, 3.2), layout="constrained")
 for ax, sim, loss, when in ((axes[0], sim_before, loss_before, "raw"), (axes[1], sim_after, loss_after, "after")):
-    cosines = (sim * TEMPERATURE).masked_fill(torch.eye(2 * n, dtype=torch.bool), float("nan"))
+    cosines = (sim * TEMPERATURE).masked_fill(torch.eye(2 * n, dtype=torch.bool), float("nan"))  # (2N, 2N)
+    means.append(f"{when}: mean cosine of the positives {cosines[is_positive].mean():.2f}, of the negatives "
+                 f"{cosines[negatives].mean():.2f}")
     image = ax.imshow(cosines, cmap=cmap, vmin=-0.2, vmax=1)
     ax.scatter(positives, range(2 * n), s=40, facecolors="none", edgecolors="cyan", label="positive")
     ax.set_title(f"{when}: NT-Xent {loss:.2f}")
@@ -695,13 +701,7 @@ fig.colorbar(image, ax=axes, label="cosine", shrink=0.8)
 fig.suptitle(f"{n} sentences, two views each")
 plt.show()
 print(f"NT-Xent of this batch: {loss_before:.3f} raw, {loss_after:.3f} after {consert_steps} steps")
-is_positive = torch.zeros(2 * n, 2 * n, dtype=torch.bool)
-is_positive[range(2 * n), positives] = True
-negatives = ~is_positive & ~torch.eye(2 * n, dtype=torch.bool)
-for sim, when in ((sim_before, "raw"), (sim_after, "after")):
-    cosines = sim * TEMPERATURE  # (2N, 2N)
-    print(f"{when}: mean cosine of the positives {cosines[is_positive].mean():.2f}, of the negatives "
-          f"{cosines[negatives].mean():.2f}")
+print("\n".join(means))
 
 # %% [markdown]
 # *What you should see:* the raw model's matrix bright everywhere (every pair of sentences has a high cosine: the
