@@ -551,9 +551,9 @@ else:
 # scale in mind: the paper trains 100K steps from bert-base, these curves a 4-layer stand-in and all-MiniLM-L6-v2
 # to the printed steps, so an order says where the methods stand at this budget, not at the paper's.
 #
-# From the stand-in, TSDAE starts lowest on TwitterPara AP and is first at 10,000 steps (the contrastive arms'
-# last point): the paper's domain result. Its curve rises faster than masked-LM's to 20,000 steps (on AP both
-# flatten by 30,000), while SimCSE's and ConSERT's fall. It is first on STS-b as well, so the paper's
+# From the stand-in, TSDAE starts lowest on TwitterPara AP and is first at 10,000 steps (SimCSE's last point):
+# the paper's domain result. Its curve rises faster than masked-LM's to 20,000 steps (on AP both flatten by
+# 30,000), while SimCSE's falls, and ConSERT's, to 20,000. It is first on STS-b as well, so the paper's
 # other point, that STS ranks the methods differently from a domain task, does not appear from the stand-in
 # (whose STS-b scores all stay far below bert-base's). From all-MiniLM-L6-v2 (only TSDAE and ConSERT trained from
 # it) it does: TSDAE's AP dips, then passes the shipped model's, while its STS-b falls below the shipped model's,
