@@ -337,7 +337,7 @@ def figure(found: dict, args: argparse.Namespace, path: Path) -> None:
     for row, start in enumerate(starts):
         for col, (metric, name) in enumerate(METRICS.items()):
             ax = axes[row][col]
-            for method in METHODS:
+            for method, color in zip(METHODS, ("C0", "C1", "C2", "C3")):  # a method keeps its colour in each panel
                 steps, means, sds = [], [], []
                 for step in (0, *STEPS[start]):
                     if scored := values(found, start, method, step, args.seeds, metric):
@@ -345,9 +345,9 @@ def figure(found: dict, args: argparse.Namespace, path: Path) -> None:
                         means.append(statistics.mean(scored))
                         sds.append(statistics.stdev(scored) if len(scored) > 1 else 0.0)
                 if len(steps) > 1:  # a method not trained from this start: no line
-                    line, = ax.plot(steps, means, marker="o", label=NAMES[method])
+                    ax.plot(steps, means, marker="o", color=color, label=NAMES[method])
                     ax.fill_between(steps, [m - s for m, s in zip(means, sds)], [m + s for m, s in zip(means, sds)],
-                                    color=line.get_color(), alpha=0.2)
+                                    color=color, alpha=0.2)
             ax.set_xscale("log")
             ax.set_xticks([50, *STEPS[start]], ["0", *(f"{s // 1000}k" if s >= 1000 else str(s) for s in STEPS[start])])
             ax.minorticks_off()
