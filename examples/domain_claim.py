@@ -337,7 +337,8 @@ def figure(found: dict, args: argparse.Namespace, path: Path) -> None:
     for row, start in enumerate(starts):
         for col, (metric, name) in enumerate(METRICS.items()):
             ax = axes[row][col]
-            for method, color in zip(METHODS, ("C0", "C1", "C2", "C3")):  # a method keeps its colour in each panel
+            for index, method in enumerate(METHODS):
+                color = f"C{index}"  # a method keeps its colour in every panel
                 steps, means, sds = [], [], []
                 for step in (0, *STEPS[start]):
                     if scored := values(found, start, method, step, args.seeds, metric):
